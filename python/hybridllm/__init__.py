@@ -1,0 +1,1 @@
+"""hybridllm: OpenAI-compatible LLM inference server."""

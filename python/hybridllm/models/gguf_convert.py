@@ -1,0 +1,121 @@
+"""Convert a llama.cpp GGUF checkpoint into a Hugging Face model folder, once.
+
+Weights are dequantized with the `gguf` package; config, tokenizer and chat template are
+recovered from the GGUF metadata by transformers. llama.cpp stores attn_q/attn_k rows permuted
+for its interleaved RoPE, so they are permuted back to the Hugging Face (rotate-half) layout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+from gguf import GGUFReader
+from gguf.quants import dequantize
+from safetensors.torch import save_file
+from tqdm import tqdm
+
+# GGUF tensor name (with the layer index as {i}) -> Hugging Face Llama parameter name.
+_NAME_MAP = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+    "blk.{i}.attn_norm.weight": "model.layers.{i}.input_layernorm.weight",
+    "blk.{i}.ffn_norm.weight": "model.layers.{i}.post_attention_layernorm.weight",
+    "blk.{i}.attn_q.weight": "model.layers.{i}.self_attn.q_proj.weight",
+    "blk.{i}.attn_k.weight": "model.layers.{i}.self_attn.k_proj.weight",
+    "blk.{i}.attn_v.weight": "model.layers.{i}.self_attn.v_proj.weight",
+    "blk.{i}.attn_output.weight": "model.layers.{i}.self_attn.o_proj.weight",
+    "blk.{i}.ffn_gate.weight": "model.layers.{i}.mlp.gate_proj.weight",
+    "blk.{i}.ffn_up.weight": "model.layers.{i}.mlp.up_proj.weight",
+    "blk.{i}.ffn_down.weight": "model.layers.{i}.mlp.down_proj.weight",
+}
+
+
+def hf_name(gguf_name: str) -> str:
+    match = re.match(r"blk\.(\d+)\.(.*)", gguf_name)
+    if match is None:
+        return _NAME_MAP[gguf_name]
+    layer, rest = match.groups()
+    return _NAME_MAP["blk.{i}." + rest].format(i=layer)
+
+
+def unpermute_rope(weight: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """Undo llama.cpp's interleaving of each head's rows (inverse of its `permute`)."""
+    out_dim, in_dim = weight.shape
+    head_dim = out_dim // num_heads
+    return (
+        weight.reshape(num_heads, head_dim // 2, 2, in_dim)
+        .transpose(1, 2)
+        .reshape(out_dim, in_dim)
+    )
+
+
+def read_weights(reader: GGUFReader, num_heads: int, num_kv_heads: int) -> dict[str, torch.Tensor]:
+    weights: dict[str, torch.Tensor] = {}
+    for tensor in tqdm(reader.tensors, desc="Dequantizing GGUF tensors", unit="tensor"):
+        array = dequantize(tensor.data, tensor.tensor_type)
+        # GGUF lists dims fastest-first; numpy data is already row-major (out, in).
+        shape = tuple(int(d) for d in reversed(tensor.shape))
+        value = torch.from_numpy(np.array(array, dtype=np.float32).reshape(shape))
+        name = hf_name(tensor.name)
+        if name.endswith("q_proj.weight"):
+            value = unpermute_rope(value, num_heads)
+        elif name.endswith("k_proj.weight"):
+            value = unpermute_rope(value, num_kv_heads)
+        weights[name] = value.contiguous()
+    return weights
+
+
+def convert_gguf(gguf_path: str | os.PathLike[str], out_dir: str | os.PathLike[str]) -> Path:
+    """Write config.json, model.safetensors and the tokenizer files of `gguf_path` to `out_dir`."""
+    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+
+    gguf_path = Path(gguf_path)
+    out_dir = Path(out_dir)
+    folder, file = str(gguf_path.parent), gguf_path.name
+    config = AutoConfig.from_pretrained(folder, gguf_file=file)
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=file)
+    reader = GGUFReader(str(gguf_path))
+    weights = read_weights(reader, config.num_attention_heads, config.num_key_value_heads)
+    if config.tie_word_embeddings:
+        weights.pop("lm_head.weight", None)
+
+    # Write into a temporary sibling and rename, so an interrupted run leaves no half folder.
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=out_dir.name + ".", dir=out_dir.parent))
+    tmp.chmod(0o755)
+    try:
+        config.dtype = "float32"
+        config.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        GenerationConfig(
+            bos_token_id=config.bos_token_id,
+            eos_token_id=config.eos_token_id,
+            pad_token_id=getattr(config, "pad_token_id", None),
+        ).save_pretrained(tmp)
+        save_file(weights, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        _ensure_chat_template_in_tokenizer_config(tmp, tokenizer.chat_template)
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        tmp.rename(out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def _ensure_chat_template_in_tokenizer_config(folder: Path, template: str | None) -> None:
+    """Newer transformers write the template to chat_template.jinja; readers expect it here too."""
+    if not template:
+        return
+    path = folder / "tokenizer_config.json"
+    data = json.loads(path.read_text()) if path.exists() else {}
+    data["chat_template"] = template
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False))

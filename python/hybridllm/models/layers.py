@@ -1,0 +1,75 @@
+"""Building blocks of the Llama family as small pure functions (torch reference versions).
+
+On CUDA the model runner may swap in fused Triton kernels with the same signatures
+(see hybridllm.kernels); these stay the oracle that the kernel tests compare against.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    orig_dtype = x.dtype
+    x = x.float()
+    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * x.to(orig_dtype)
+
+
+def add_rms_norm(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """residual += x; return (rms_norm(residual), residual)."""
+    residual = residual + x
+    return rms_norm(residual, weight, eps), residual
+
+
+def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    gate, up = gate_up.chunk(2, dim=-1)
+    return F.silu(gate) * up
+
+
+def apply_rotary(
+    x: torch.Tensor, positions: torch.Tensor, cos_sin: torch.Tensor
+) -> torch.Tensor:
+    """Rotate-half RoPE. x: [T, heads, head_dim]; cos_sin: [max_pos, head_dim] (cos | sin)."""
+    cos, sin = cos_sin.index_select(0, positions).unsqueeze(1).chunk(2, dim=-1)
+    x1, x2 = x.float().chunk(2, dim=-1)
+    out = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+    return out.to(x.dtype)
+
+
+def rope_inv_freq(head_dim: int, theta: float, scaling: dict | None) -> torch.Tensor:
+    """Inverse frequencies with the config's rope scaling (default, linear, llama3)."""
+    # float32 throughout, as transformers computes it, so greedy parity is exact.
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim
+    inv_freq = 1.0 / (theta**exponents)
+    kind = (scaling or {}).get("rope_type") or (scaling or {}).get("type") or "default"
+    if kind == "default":
+        return inv_freq
+    if kind == "linear":
+        return inv_freq / float(scaling["factor"])
+    if kind == "llama3":
+        factor = float(scaling["factor"])
+        low = float(scaling.get("low_freq_factor", 1.0))
+        high = float(scaling.get("high_freq_factor", 4.0))
+        old_ctx = float(scaling["original_max_position_embeddings"])
+        wavelen = 2 * math.pi / inv_freq
+        smooth = (old_ctx / wavelen - low) / (high - low)
+        scaled = torch.where(wavelen > old_ctx / low, inv_freq / factor, inv_freq)
+        mid = (wavelen <= old_ctx / low) & (wavelen >= old_ctx / high)
+        blended = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+        return torch.where(mid, blended, scaled)
+    raise ValueError(f"unsupported rope scaling type {kind!r}")
+
+
+def rope_cos_sin(
+    head_dim: int, max_positions: int, theta: float, scaling: dict | None
+) -> torch.Tensor:
+    inv_freq = rope_inv_freq(head_dim, theta, scaling)
+    t = torch.arange(max_positions, dtype=torch.float32)
+    freqs = torch.outer(t, inv_freq)
+    return torch.cat((freqs.cos(), freqs.sin()), dim=-1)

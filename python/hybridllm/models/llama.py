@@ -1,0 +1,187 @@
+"""Llama-family decoder (Llama, Mistral, Qwen2) over a paged KV cache.
+
+forward() takes a flat batch of tokens from many sequences (prompt chunks and decode tokens
+mixed) and returns hidden states; compute_logits() runs the LM head only on the rows asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+from torch import nn
+
+from hybridllm.attention import AttentionBackend, AttentionMetadata
+from hybridllm.models import layers
+from hybridllm.models.config import LlamaConfig
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, cfg: LlamaConfig) -> None:
+        super().__init__()
+        self.num_heads = cfg.num_attention_heads
+        self.num_kv_heads = cfg.num_key_value_heads
+        self.head_dim = cfg.head_dim
+        self.q_size = self.num_heads * self.head_dim
+        self.kv_size = self.num_kv_heads * self.head_dim
+        self.scale = self.head_dim**-0.5
+        self.qkv_proj = nn.Linear(
+            cfg.hidden_size, self.q_size + 2 * self.kv_size, bias=cfg.attention_bias
+        )
+        self.o_proj = nn.Linear(self.q_size, cfg.hidden_size, bias=False)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        cos_sin: torch.Tensor,
+        kv_cache: torch.Tensor,
+        meta: AttentionMetadata,
+        backend: AttentionBackend,
+    ) -> torch.Tensor:
+        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = layers.apply_rotary(q.view(-1, self.num_heads, self.head_dim), positions, cos_sin)
+        k = layers.apply_rotary(k.view(-1, self.num_kv_heads, self.head_dim), positions, cos_sin)
+        v = v.view(-1, self.num_kv_heads, self.head_dim)
+        key_cache, value_cache = kv_cache[0], kv_cache[1]
+        backend.write_kv(k, v, key_cache, value_cache, meta.slot_mapping)
+        out = backend.forward(q, key_cache, value_cache, meta, self.scale)
+        return self.o_proj(out.reshape(-1, self.q_size))
+
+
+class LlamaMLP(nn.Module):
+    def __init__(self, cfg: LlamaConfig) -> None:
+        super().__init__()
+        self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(layers.silu_and_mul(self.gate_up_proj(x)))
+
+
+class LlamaDecoderLayer(nn.Module):
+    def __init__(self, cfg: LlamaConfig) -> None:
+        super().__init__()
+        self.eps = cfg.rms_norm_eps
+        self.self_attn = LlamaAttention(cfg)
+        self.mlp = LlamaMLP(cfg)
+        self.input_layernorm = nn.Parameter(torch.ones(cfg.hidden_size))
+        self.post_attention_layernorm = nn.Parameter(torch.ones(cfg.hidden_size))
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        residual: torch.Tensor | None,
+        positions: torch.Tensor,
+        cos_sin: torch.Tensor,
+        kv_cache: torch.Tensor,
+        meta: AttentionMetadata,
+        backend: AttentionBackend,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if residual is None:
+            residual = x
+            h = layers.rms_norm(x, self.input_layernorm, self.eps)
+        else:
+            h, residual = layers.add_rms_norm(x, residual, self.input_layernorm, self.eps)
+        h = self.self_attn(h, positions, cos_sin, kv_cache, meta, backend)
+        h, residual = layers.add_rms_norm(h, residual, self.post_attention_layernorm, self.eps)
+        return self.mlp(h), residual
+
+
+class LlamaForCausalLM(nn.Module):
+    def __init__(self, cfg: LlamaConfig, max_positions: int) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(LlamaDecoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
+        self.norm = nn.Parameter(torch.ones(cfg.hidden_size))
+        self.lm_head = (
+            None if cfg.tie_word_embeddings
+            else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        )
+        cos_sin = layers.rope_cos_sin(
+            cfg.head_dim, max_positions, cfg.rope_theta, cfg.rope_scaling
+        )
+        self.register_buffer("cos_sin", cos_sin, persistent=False)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        kv_caches: list[torch.Tensor],
+        meta: AttentionMetadata,
+        backend: AttentionBackend,
+    ) -> torch.Tensor:
+        x = self.embed_tokens(input_ids)
+        residual = None
+        for layer, kv_cache in zip(self.layers, kv_caches):
+            x, residual = layer(x, residual, positions, self.cos_sin, kv_cache, meta, backend)
+        x, _ = layers.add_rms_norm(x, residual, self.norm, self.cfg.rms_norm_eps)
+        return x
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        return torch.matmul(hidden, weight.t()).float()
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Load Hugging Face names, fusing q/k/v and gate/up into their packed projections."""
+        params = dict(self.named_parameters())
+        loaded: set[str] = set()
+        for name, tensor in weights:
+            target, shard = _map_hf_name(name, self.cfg)
+            if target is None:
+                continue
+            param = params[target]
+            with torch.no_grad():
+                if shard is None:
+                    param.copy_(tensor.to(param.dtype))
+                else:
+                    start, size = shard
+                    param.narrow(0, start, size).copy_(tensor.to(param.dtype))
+            loaded.add(name)
+        expected = _expected_hf_names(self.cfg)
+        missing = expected - loaded
+        if missing:
+            raise ValueError(f"checkpoint is missing {len(missing)} tensors, e.g. {min(missing)}")
+
+
+def _shards(cfg: LlamaConfig) -> dict[str, tuple[str, int, int]]:
+    q = cfg.num_attention_heads * cfg.head_dim
+    kv = cfg.num_key_value_heads * cfg.head_dim
+    inter = cfg.intermediate_size
+    return {
+        "q_proj": ("qkv_proj", 0, q),
+        "k_proj": ("qkv_proj", q, kv),
+        "v_proj": ("qkv_proj", q + kv, kv),
+        "gate_proj": ("gate_up_proj", 0, inter),
+        "up_proj": ("gate_up_proj", inter, inter),
+    }
+
+
+def _map_hf_name(name: str, cfg: LlamaConfig) -> tuple[str | None, tuple[int, int] | None]:
+    if name.endswith("rotary_emb.inv_freq"):
+        return None, None
+    if name == "lm_head.weight":
+        return (None, None) if cfg.tie_word_embeddings else ("lm_head.weight", None)
+    name = name.removeprefix("model.")
+    name = name.replace("layernorm.weight", "layernorm").replace("norm.weight", "norm")
+    parts = name.split(".")
+    shards = _shards(cfg)
+    for i, part in enumerate(parts):
+        if part in shards:
+            fused, start, size = shards[part]
+            parts[i] = fused
+            return ".".join(parts), (start, size)
+    return name, None
+
+
+def _expected_hf_names(cfg: LlamaConfig) -> set[str]:
+    names = {"model.embed_tokens.weight", "model.norm.weight"}
+    if not cfg.tie_word_embeddings:
+        names.add("lm_head.weight")
+    for i in range(cfg.num_hidden_layers):
+        p = f"model.layers.{i}."
+        names |= {p + "input_layernorm.weight", p + "post_attention_layernorm.weight"}
+        names |= {p + f"self_attn.{x}_proj.weight" for x in "qkvo"}
+        names |= {p + f"mlp.{x}_proj.weight" for x in ("gate", "up", "down")}
+    return names

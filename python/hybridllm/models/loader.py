@@ -1,0 +1,54 @@
+"""Build a model from a Hugging Face folder: config, empty module, safetensors weights."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+from hybridllm.models.config import LlamaConfig
+from hybridllm.models.llama import LlamaForCausalLM
+
+
+def iter_safetensors(folder: Path) -> Iterator[tuple[str, torch.Tensor]]:
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors weights in {folder}")
+    for file in files:
+        with safe_open(str(file), framework="pt") as f:
+            for name in f.keys():
+                yield name, f.get_tensor(name)
+
+
+def load_model(
+    folder: Path,
+    cfg: LlamaConfig,
+    dtype: torch.dtype,
+    device: torch.device,
+    max_positions: int,
+    load_format: str = "safetensors",
+) -> LlamaForCausalLM:
+    with torch.device(device):
+        model = LlamaForCausalLM(cfg, max_positions)
+    model.to(dtype=dtype)
+    model.cos_sin = model.cos_sin.float()  # RoPE tables stay fp32 whatever the weights' dtype
+    if load_format == "dummy":
+        _init_dummy(model)
+    else:
+        model.load_weights(iter_safetensors(folder))
+    return model.eval()
+
+
+def _init_dummy(model: LlamaForCausalLM) -> None:
+    """Small random weights, for speed work on shapes larger than any bundled checkpoint."""
+    generator = torch.Generator(device="cpu").manual_seed(0)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "norm" in name:
+                param.fill_(1.0)
+            else:
+                cpu = torch.empty(param.shape, dtype=torch.float32)
+                cpu.uniform_(-0.02, 0.02, generator=generator)
+                param.copy_(cpu.to(param.dtype))

