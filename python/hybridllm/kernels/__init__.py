@@ -1,0 +1,34 @@
+"""Triton kernels for the CUDA path, each beside the torch reference it is tested against.
+
+Importing this package never imports Triton; `triton_usable()` says whether the kernel
+modules can run here: Triton importable and either a CUDA device or TRITON_INTERPRET=1
+(the CPU interpreter the tests use).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+@functools.cache
+def _triton_importable() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+def triton_usable() -> bool:
+    if not _triton_importable():
+        return False
+    if interpreting():
+        return True
+    import torch
+
+    return torch.cuda.is_available()
+
+
+__all__ = ["interpreting", "triton_usable"]
