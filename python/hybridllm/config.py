@@ -1,0 +1,143 @@
+"""Engine configuration: `EngineArgs` (flags spelled as vLLM spells them) and what it becomes."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+_DTYPES = {
+    "float32": torch.float32,
+    "float": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+    "half": torch.float16,
+}
+CPU_DEFAULT_KV_CACHE_BYTES = 2 << 30
+
+
+@dataclass
+class SchedulerConfig:
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_model_len: int
+    enable_chunked_prefill: bool
+
+
+@dataclass
+class EngineArgs:
+    model: str | None = None
+    served_model_name: str | None = None
+    dtype: str = "auto"
+    max_model_len: int | None = None
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int | None = None
+    block_size: int = 16
+    gpu_memory_utilization: float = 0.9
+    kv_cache_memory: int | None = None  # bytes; overrides gpu_memory_utilization
+    num_gpu_blocks_override: int | None = None
+    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True
+    seed: int = 0
+    device: str = "auto"
+    load_format: str = "auto"
+    enforce_eager: bool = False
+    attention_backend: str | None = None
+
+    @staticmethod
+    def add_cli_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        d = EngineArgs()
+        parser.add_argument("--model", type=str, default=d.model,
+                            help="Hugging Face model folder, or the bundled default's name.")
+        parser.add_argument("--served-model-name", type=str, default=None)
+        parser.add_argument("--dtype", choices=["auto", *_DTYPES], default=d.dtype,
+                            help="auto: float32 on CPU, bfloat16 on CUDA.")
+        parser.add_argument("--max-model-len", type=int, default=None)
+        parser.add_argument("--max-num-seqs", type=int, default=d.max_num_seqs)
+        parser.add_argument("--max-num-batched-tokens", type=int, default=None)
+        parser.add_argument("--block-size", type=int, default=d.block_size)
+        parser.add_argument("--gpu-memory-utilization", type=float,
+                            default=d.gpu_memory_utilization)
+        parser.add_argument("--kv-cache-memory", type=int, default=None,
+                            help="KV-cache size in bytes (overrides --gpu-memory-utilization).")
+        parser.add_argument("--num-gpu-blocks-override", type=int, default=None)
+        parser.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction,
+                            default=d.enable_prefix_caching)
+        parser.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction,
+                            default=d.enable_chunked_prefill)
+        parser.add_argument("--seed", type=int, default=d.seed)
+        parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default=d.device)
+        parser.add_argument("--load-format", choices=["auto", "safetensors", "dummy"],
+                            default=d.load_format)
+        parser.add_argument("--enforce-eager", action="store_true")
+        parser.add_argument("--attention-backend", choices=["torch", "triton"], default=None)
+        return parser
+
+    @classmethod
+    def from_cli_args(cls, args: argparse.Namespace) -> EngineArgs:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in vars(args).items() if k in names})
+
+    def resolve(self) -> EngineConfig:
+        from hybridllm.models.config import LlamaConfig
+        from hybridllm.models.resolve import resolve_model
+
+        folder = resolve_model(self.model)
+        model_cfg = LlamaConfig.from_folder(folder)
+        device = torch.device(
+            ("cuda" if torch.cuda.is_available() else "cpu") if self.device == "auto"
+            else self.device
+        )
+        if self.dtype == "auto":
+            dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+        else:
+            dtype = _DTYPES[self.dtype]
+        max_model_len = self.max_model_len or model_cfg.max_position_embeddings
+        if max_model_len > model_cfg.max_position_embeddings:
+            raise ValueError(
+                f"max_model_len ({max_model_len}) is larger than the model's "
+                f"max_position_embeddings ({model_cfg.max_position_embeddings})."
+            )
+        if self.block_size not in (8, 16, 32, 64, 128):
+            raise ValueError(f"block_size must be one of 8, 16, 32, 64, 128; got {self.block_size}")
+        batched = self.max_num_batched_tokens or (
+            2048 if self.enable_chunked_prefill else max(max_model_len, 2048)
+        )
+        if not self.enable_chunked_prefill and batched < max_model_len:
+            raise ValueError(
+                f"max_num_batched_tokens ({batched}) is smaller than max_model_len "
+                f"({max_model_len}) with chunked prefill off: long prompts could never run."
+            )
+        scheduler = SchedulerConfig(
+            max_num_seqs=self.max_num_seqs,
+            max_num_batched_tokens=batched,
+            max_model_len=max_model_len,
+            enable_chunked_prefill=self.enable_chunked_prefill,
+        )
+        return EngineConfig(
+            args=self,
+            model_path=folder,
+            model=model_cfg,
+            served_model_name=self.served_model_name or (self.model or folder.name),
+            device=device,
+            dtype=dtype,
+            scheduler=scheduler,
+        )
+
+
+@dataclass
+class EngineConfig:
+    args: EngineArgs
+    model_path: Path
+    model: object  # LlamaConfig (typed loosely to keep this module import-light)
+    served_model_name: str
+    device: torch.device
+    dtype: torch.dtype
+    scheduler: SchedulerConfig
+
+    @property
+    def max_model_len(self) -> int:
+        return self.scheduler.max_model_len

@@ -1,0 +1,1 @@
+"""Scheduling state: sequences, the paged KV-cache manager and the token-budget scheduler."""

@@ -1,0 +1,112 @@
+"""Paged KV-cache blocks: per-sequence block tables, ref counts and prefix caching.
+
+A full block's identity is a hash chained over all tokens up to its end, so equal prefixes
+map to equal blocks. Freed blocks keep their hash and stay findable until reused; reuse takes
+the least recently freed block first (LRU).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from array import array
+from collections import OrderedDict
+
+from hybridllm.core.sequence import Sequence
+
+
+def chain_hash(parent: bytes, tokens: list[int]) -> bytes:
+    return hashlib.sha256(parent + array("q", tokens).tobytes()).digest()
+
+
+class KVCacheManager:
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool) -> None:
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self.ref_counts = [0] * num_blocks
+        self.block_hash: list[bytes | None] = [None] * num_blocks
+        self.hash_to_block: dict[bytes, int] = {}
+        # Free blocks in the order they are to be reused (front = least recently freed).
+        self.free_blocks: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        self.prefix_queries = 0
+        self.prefix_hits = 0
+
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self.free_blocks)
+
+    @property
+    def usage(self) -> float:
+        return 1.0 - self.num_free_blocks / self.num_blocks
+
+    def blocks_needed(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.block_size)
+
+    def _update_hashes(self, seq: Sequence, num_tokens: int) -> None:
+        """Extend seq.block_hashes over every full block within its first num_tokens tokens."""
+        bs = self.block_size
+        while (len(seq.block_hashes) + 1) * bs <= num_tokens:
+            i = len(seq.block_hashes)
+            parent = seq.block_hashes[-1] if seq.block_hashes else b""
+            seq.block_hashes.append(chain_hash(parent, seq.token_ids[i * bs : (i + 1) * bs]))
+
+    def find_cached_prefix(self, seq: Sequence) -> list[int]:
+        """Blocks holding the longest cached prefix of seq (leaving one token to compute)."""
+        if not self.enable_prefix_caching or seq.wants_prompt_logprobs:
+            return []
+        limit = seq.num_tokens - 1  # the last token must run to produce logits
+        self._update_hashes(seq, limit)
+        hits: list[int] = []
+        for h in seq.block_hashes[: limit // self.block_size]:
+            block = self.hash_to_block.get(h)
+            if block is None:
+                break
+            hits.append(block)
+        self.prefix_queries += seq.num_tokens
+        self.prefix_hits += len(hits) * self.block_size
+        return hits
+
+    def allocate(self, seq: Sequence, num_new_tokens: int, cached: list[int] | None = None) -> bool:
+        """Give seq the blocks for num_new_tokens more tokens; False (and no change) if short."""
+        cached = cached or []
+        total = seq.num_computed_tokens + len(cached) * self.block_size + num_new_tokens
+        needed = self.blocks_needed(total) - len(seq.block_table) - len(cached)
+        revived = sum(1 for b in cached if self.ref_counts[b] == 0)
+        if needed + revived > self.num_free_blocks:
+            return False
+        for block in cached:
+            if self.ref_counts[block] == 0:
+                del self.free_blocks[block]
+            self.ref_counts[block] += 1
+        seq.block_table.extend(cached)
+        for _ in range(max(needed, 0)):
+            block, _ = self.free_blocks.popitem(last=False)
+            stale = self.block_hash[block]
+            if stale is not None and self.hash_to_block.get(stale) == block:
+                del self.hash_to_block[stale]
+            self.block_hash[block] = None
+            self.ref_counts[block] = 1
+            seq.block_table.append(block)
+        return True
+
+    def cache_computed_blocks(self, seq: Sequence) -> None:
+        """Publish the hashes of seq's blocks that are now full and computed."""
+        if not self.enable_prefix_caching:
+            return
+        self._update_hashes(seq, seq.num_computed_tokens)
+        full = seq.num_computed_tokens // self.block_size
+        for i in range(full):
+            block = seq.block_table[i]
+            if self.block_hash[block] is not None:
+                continue
+            h = seq.block_hashes[i]
+            self.block_hash[block] = h
+            self.hash_to_block.setdefault(h, block)
+
+    def free(self, seq: Sequence) -> None:
+        # Tail blocks first, so a prefix outlives its continuations in the LRU order.
+        for block in reversed(seq.block_table):
+            self.ref_counts[block] -= 1
+            if self.ref_counts[block] == 0:
+                self.free_blocks[block] = None
+        seq.block_table = []

@@ -1,0 +1,113 @@
+"""One token budget per step: running sequences first, then waiting ones, FCFS.
+
+There are no separate prefill and decode phases: a step's batch mixes decode tokens with
+prompt chunks. When KV blocks run out, the most recently arrived running sequence is
+preempted by recompute (its blocks freed, its tokens prefilled again later).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from hybridllm.config import SchedulerConfig
+from hybridllm.core.kv_cache_manager import KVCacheManager
+from hybridllm.core.sequence import Sequence, SequenceStatus
+
+
+@dataclass
+class ScheduledSeq:
+    seq: Sequence
+    num_new_tokens: int  # tokens computed for seq in this step, from seq.num_computed_tokens
+
+    @property
+    def samples(self) -> bool:
+        """This chunk reaches the sequence's end, so its last row yields a new token."""
+        return self.seq.num_computed_tokens + self.num_new_tokens == self.seq.num_tokens
+
+
+@dataclass
+class SchedulerOutput:
+    scheduled: list[ScheduledSeq] = field(default_factory=list)
+    num_preempted: int = 0
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(s.num_new_tokens for s in self.scheduled)
+
+
+class Scheduler:
+    def __init__(self, config: SchedulerConfig, kv: KVCacheManager) -> None:
+        self.config = config
+        self.kv = kv
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.num_preemptions = 0
+
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def finish(self, seq: Sequence, reason: str, stop_reason: int | str | None = None) -> None:
+        """End seq wherever it is and free its blocks."""
+        if seq.is_finished:
+            return
+        if seq in self.running:
+            self.running.remove(seq)
+        elif seq in self.waiting:
+            self.waiting.remove(seq)
+        self.kv.free(seq)
+        seq.finish(reason, stop_reason)
+
+    def schedule(self) -> SchedulerOutput:
+        out = SchedulerOutput()
+        budget = self.config.max_num_batched_tokens
+        i = 0
+        while i < len(self.running) and budget > 0:
+            seq = self.running[i]
+            num_new = min(seq.num_tokens - seq.num_computed_tokens, budget)
+            while not self.kv.allocate(seq, num_new):
+                victim = self.running.pop()
+                self._preempt(victim)
+                out.num_preempted += 1
+                if victim is seq:
+                    break
+            else:
+                out.scheduled.append(ScheduledSeq(seq, num_new))
+                budget -= num_new
+                i += 1
+                continue
+            break  # seq itself was preempted; nothing after it is running any more
+        if out.num_preempted == 0:
+            budget = self._admit_waiting(out, budget)
+        return out
+
+    def _admit_waiting(self, out: SchedulerOutput, budget: int) -> int:
+        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+            seq = self.waiting[0]
+            cached = self.kv.find_cached_prefix(seq)
+            num_cached = len(cached) * self.kv.block_size
+            num_new = seq.num_tokens - num_cached
+            if num_new > budget and not self.config.enable_chunked_prefill:
+                break
+            num_new = min(num_new, budget)
+            if not self.kv.allocate(seq, num_new, cached):
+                break
+            self.waiting.popleft()
+            seq.num_computed_tokens = num_cached
+            if not seq.ever_scheduled:
+                seq.num_cached_tokens = num_cached
+                seq.ever_scheduled = True
+            seq.status = SequenceStatus.RUNNING
+            self.running.append(seq)
+            out.scheduled.append(ScheduledSeq(seq, num_new))
+            budget -= num_new
+        return budget
+
+    def _preempt(self, seq: Sequence) -> None:
+        self.kv.free(seq)
+        seq.reset_for_recompute()
+        self.waiting.appendleft(seq)
+        self.num_preemptions += 1

@@ -1,0 +1,109 @@
+"""A request and its n sequences, as the scheduler and the model runner see them."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+
+import torch
+
+from hybridllm.outputs import LogprobsDict
+from hybridllm.sampling_params import SamplingParams
+
+_seq_ids = itertools.count()
+
+
+class SequenceStatus(Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass
+class Request:
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    max_tokens: int
+    arrival_time: float = field(default_factory=time.monotonic)
+    seqs: list[Sequence] = field(default_factory=list)
+    prompt_logprobs: list[LogprobsDict | None] | None = None
+    first_token_time: float | None = None
+    reported_first: bool = False
+
+    @property
+    def finished(self) -> bool:
+        return all(s.status is SequenceStatus.FINISHED for s in self.seqs)
+
+    @property
+    def num_cached_tokens(self) -> int:
+        return self.seqs[0].num_cached_tokens if self.seqs else 0
+
+
+class Sequence:
+    """One of a request's n samples: prompt plus its own generated tokens."""
+
+    def __init__(self, request: Request, index: int, generator: torch.Generator | None) -> None:
+        self.seq_id = next(_seq_ids)
+        self.request = request
+        self.index = index
+        self.params = request.params
+        self.token_ids: list[int] = list(request.prompt_token_ids)
+        self.num_prompt_tokens = len(request.prompt_token_ids)
+        self.num_computed_tokens = 0
+        self.num_cached_tokens = 0  # prefix-cache hit tokens at first scheduling
+        self.block_table: list[int] = []
+        self.block_hashes: list[bytes] = []  # hashes of this sequence's full blocks, in order
+        self.status = SequenceStatus.WAITING
+        self.finish_reason: str | None = None
+        self.stop_reason: int | str | None = None
+        self.generator = generator
+        self.output_logprobs: list[LogprobsDict] = []
+        self.cumulative_logprob = 0.0
+        self.num_preemptions = 0
+        self.ever_scheduled = False
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens :]
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status is SequenceStatus.FINISHED
+
+    @property
+    def wants_prompt_logprobs(self) -> bool:
+        return self.index == 0 and self.params.prompt_logprobs is not None
+
+    def finish(self, reason: str, stop_reason: int | str | None = None) -> None:
+        self.status = SequenceStatus.FINISHED
+        self.finish_reason = reason
+        self.stop_reason = stop_reason
+
+    def reset_for_recompute(self) -> None:
+        """Preempted: its KV is dropped; prompt and outputs so far are recomputed later."""
+        self.num_computed_tokens = 0
+        self.block_table = []
+        self.status = SequenceStatus.WAITING
+        self.num_preemptions += 1
+
+
+def make_generator(seed: int | None, index: int) -> torch.Generator | None:
+    """A per-sequence generator for seeded requests; None means the engine's shared one."""
+    if seed is None:
+        return None
+    generator = torch.Generator(device="cpu")
+    # Sample i of a seeded request gets its own stream, still fixed by (seed, i).
+    generator.manual_seed((seed + index * 0x9E3779B97F4A7C15) % (2**63))
+    return generator

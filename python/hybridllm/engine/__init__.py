@@ -1,0 +1,1 @@
+"""The engine loop: LLMEngine.step() and its asyncio wrapper AsyncLLMEngine."""

@@ -1,0 +1,166 @@
+"""LLMEngine: requests in, one scheduled forward pass per step(), RequestOutputs out."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from hybridllm.config import EngineArgs, EngineConfig
+from hybridllm.core.kv_cache_manager import KVCacheManager
+from hybridllm.core.scheduler import Scheduler
+from hybridllm.core.sequence import Request, Sequence, make_generator
+from hybridllm.engine.output_processor import OutputProcessor
+from hybridllm.outputs import RequestOutput
+from hybridllm.sampling_params import SamplingParams
+from hybridllm.text.tokenizer import load_tokenizer
+from hybridllm.worker.model_runner import ModelRunner, StepResult
+
+
+@dataclass
+class EngineStats:
+    prompt_tokens_total: int = 0
+    generation_tokens_total: int = 0
+    requests_finished_total: int = 0
+
+
+class LLMEngine:
+    def __init__(self, config: EngineConfig, detokenize: bool = True) -> None:
+        self.config = config
+        self.tokenizer, self.tokenizer_info = load_tokenizer(config.model_path)
+        self.runner = ModelRunner(config)
+        self.kv = KVCacheManager(
+            self.runner.num_blocks, config.args.block_size, config.args.enable_prefix_caching
+        )
+        self.scheduler = Scheduler(config.scheduler, self.kv)
+        self.output_processor = OutputProcessor(self.tokenizer, detokenize)
+        self.requests: dict[str, Request] = {}
+        self.stats = EngineStats()
+        self._aborted: list[Request] = []
+
+    @classmethod
+    def from_engine_args(cls, args: EngineArgs, detokenize: bool = True) -> LLMEngine:
+        return cls(args.resolve(), detokenize=detokenize)
+
+    @property
+    def max_model_len(self) -> int:
+        return self.config.max_model_len
+
+    def validate_prompt(self, prompt_token_ids: list[int]) -> None:
+        vocab = self.config.model.vocab_size
+        if not prompt_token_ids:
+            raise ValueError("The prompt must contain at least one token.")
+        bad = next((t for t in prompt_token_ids if not 0 <= t < vocab), None)
+        if bad is not None:
+            raise ValueError(f"prompt_token_ids: token id {bad} is out of vocabulary [0, {vocab}).")
+        if len(prompt_token_ids) >= self.max_model_len:
+            raise ValueError(
+                f"The prompt (length {len(prompt_token_ids)}) is longer than the maximum model "
+                f"length of {self.max_model_len} minus one token to generate."
+            )
+
+    def add_request(
+        self,
+        request_id: str,
+        prompt: str | list[int],
+        params: SamplingParams | None = None,
+        arrival_time: float | None = None,
+    ) -> None:
+        if request_id in self.requests:
+            raise ValueError(f"request id {request_id!r} is already in use.")
+        params = params or SamplingParams()
+        if isinstance(prompt, str):
+            text, ids = prompt, self.tokenizer.encode(prompt, add_special_tokens=True).ids
+        else:
+            text, ids = None, list(prompt)
+        self.validate_prompt(ids)
+        vocab = self.config.model.vocab_size
+        bad = next((t for t in params.logit_bias or {} if not 0 <= t < vocab), None)
+        if bad is not None:
+            raise ValueError(f"logit_bias: token id {bad} is out of vocabulary.")
+        room = self.max_model_len - len(ids)
+        request = Request(
+            request_id=request_id,
+            prompt=text,
+            prompt_token_ids=ids,
+            params=params,
+            max_tokens=min(params.max_tokens or room, room),
+            arrival_time=arrival_time or time.monotonic(),
+        )
+        if params.prompt_logprobs is not None:
+            request.prompt_logprobs = [None]
+        for i in range(params.n):
+            seq = Sequence(request, i, make_generator(params.seed, i))
+            request.seqs.append(seq)
+            self.scheduler.add(seq)
+        self.requests[request_id] = request
+        self.stats.prompt_tokens_total += len(ids)
+
+    def abort_request(self, request_ids: str | list[str]) -> None:
+        """Finish the requests now and free their KV blocks; their final output comes next step."""
+        for rid in [request_ids] if isinstance(request_ids, str) else request_ids:
+            request = self.requests.get(rid)
+            if request is None or request.finished:
+                continue
+            for seq in request.seqs:
+                self.scheduler.finish(seq, "abort")
+            self._aborted.append(request)
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.requests)
+
+    def get_num_unfinished_requests(self) -> int:
+        return len(self.requests)
+
+    def step(self) -> list[RequestOutput]:
+        touched: dict[str, Request] = {r.request_id: r for r in self._aborted}
+        self._aborted = []
+        sched = self.scheduler.schedule()
+        if sched.scheduled:
+            result = self.runner.execute(sched)
+            for item in sched.scheduled:
+                item.seq.num_computed_tokens += item.num_new_tokens
+                self.kv.cache_computed_blocks(item.seq)
+                self._record_prompt_logprobs(item.seq, result)
+            for row, seq in enumerate(result.sample_seqs):
+                self._append_token(seq, row, result)
+                touched[seq.request.request_id] = seq.request
+        outputs = []
+        for request in touched.values():
+            if not request.reported_first:
+                request.reported_first = True
+                request.first_token_time = time.monotonic()
+            outputs.append(self.output_processor.make_output(request))
+            if request.finished:
+                self.requests.pop(request.request_id, None)
+                self.stats.requests_finished_total += 1
+        return outputs
+
+    def _record_prompt_logprobs(self, seq: Sequence, result: StepResult) -> None:
+        chunk = result.prompt_logprobs.get(seq.seq_id)
+        recorded = seq.request.prompt_logprobs
+        if chunk is None or recorded is None:
+            return
+        first, entries = chunk
+        # After a preemption the prompt is recomputed: keep only positions not yet recorded.
+        recorded.extend(entries[max(len(recorded) - first, 0) :])
+
+    def _append_token(self, seq: Sequence, row: int, result: StepResult) -> None:
+        token = result.sampled.token_ids[row]
+        seq.token_ids.append(token)
+        self.stats.generation_tokens_total += 1
+        logprobs = result.sampled.logprobs[row]
+        if logprobs is not None:
+            seq.output_logprobs.append(logprobs)
+            seq.cumulative_logprob += result.sampled.sampled_logprobs[row] or 0.0
+        p = seq.params
+        if token in p.stop_token_ids:
+            self.scheduler.finish(seq, "stop", token)
+        elif not p.ignore_eos and token in self.config.model.eos_token_ids:
+            self.scheduler.finish(seq, "stop", None)
+        stop_str = self.output_processor.update_text(seq)
+        if seq.is_finished:
+            return
+        if stop_str is not None:
+            self.scheduler.finish(seq, "stop", stop_str)
+        elif seq.num_output_tokens >= seq.request.max_tokens:
+            self.scheduler.finish(seq, "length")

@@ -1,0 +1,1 @@
+"""User-facing entry points: the offline LLM class, the HTTP servers, the gRPC worker."""

@@ -1,0 +1,109 @@
+"""The offline `LLM` class: batch generation and chat over an in-process LLMEngine."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+from tqdm import tqdm
+
+from hybridllm.config import EngineArgs
+from hybridllm.engine.llm_engine import LLMEngine
+from hybridllm.outputs import RequestOutput
+from hybridllm.sampling_params import SamplingParams
+from hybridllm.text.chat_template import render_chat
+
+PromptType = str | list[int]
+Messages = list[dict[str, Any]]
+
+
+def _is_single_prompt(prompts: Any) -> bool:
+    return isinstance(prompts, str) or (
+        isinstance(prompts, list) and (not prompts or isinstance(prompts[0], int))
+    )
+
+
+class OfflineInferenceMixin:
+    """generate() and chat(); needs `self.engine` (an LLMEngine)."""
+
+    engine: LLMEngine
+    _counter: itertools.count
+
+    def generate(
+        self,
+        prompts: PromptType | Sequence[PromptType],
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+        use_tqdm: bool = False,
+    ) -> list[RequestOutput]:
+        """Run every prompt to completion; outputs come back in input order."""
+        batch = [prompts] if _is_single_prompt(prompts) else list(prompts)
+        if sampling_params is None or isinstance(sampling_params, SamplingParams):
+            params = [sampling_params or SamplingParams()] * len(batch)
+        else:
+            params = list(sampling_params)
+            if len(params) != len(batch):
+                raise ValueError(
+                    f"got {len(params)} sampling_params for {len(batch)} prompts; "
+                    "give one, or one per prompt."
+                )
+        ids = []
+        for prompt, p in zip(batch, params):
+            rid = str(next(self._counter))
+            self.engine.add_request(rid, prompt, p)
+            ids.append(rid)
+        return self._run(ids, use_tqdm)
+
+    def chat(
+        self,
+        messages: Messages | list[Messages],
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+        add_generation_prompt: bool = True,
+        continue_final_message: bool = False,
+        chat_template: str | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        use_tqdm: bool = False,
+    ) -> list[RequestOutput]:
+        """Apply the chat template (the model's, or `chat_template`) and generate."""
+        conversations = [messages] if messages and isinstance(messages[0], dict) else messages
+        info = self.engine.tokenizer_info
+        template = chat_template or info.chat_template
+        if not template:
+            raise ValueError("the model has no chat template; pass chat_template=")
+        prompts: list[PromptType] = []
+        for conversation in conversations:
+            text = render_chat(
+                template, conversation, add_generation_prompt=add_generation_prompt,
+                continue_final_message=continue_final_message, tools=tools,
+                bos_token=info.bos_token, eos_token=info.eos_token,
+            )
+            # The template already carries the special tokens.
+            prompts.append(self.engine.tokenizer.encode(text, add_special_tokens=False).ids)
+        outputs = self.generate(prompts, sampling_params, use_tqdm)
+        return outputs
+
+    def _run(self, request_ids: list[str], use_tqdm: bool) -> list[RequestOutput]:
+        done: dict[str, RequestOutput] = {}
+        bar = tqdm(total=len(request_ids), desc="Processed prompts", disable=not use_tqdm)
+        try:
+            while self.engine.has_unfinished_requests():
+                for out in self.engine.step():
+                    if out.finished:
+                        done[out.request_id] = out
+                        bar.update(1)
+        finally:
+            bar.close()
+            self.engine.abort_request([r for r in request_ids if r not in done])
+        return [done[r] for r in request_ids]
+
+
+class LLM(OfflineInferenceMixin):
+    """An engine in this process: `LLM(model=...)`, then generate() or chat()."""
+
+    def __init__(self, model: str | None = None, **kwargs: Any) -> None:
+        self.engine_args = EngineArgs(model=model, **kwargs)
+        self.engine = LLMEngine.from_engine_args(self.engine_args)
+        self._counter = itertools.count()
+
+    def get_tokenizer(self) -> Any:
+        return self.engine.tokenizer

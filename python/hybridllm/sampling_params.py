@@ -1,0 +1,107 @@
+"""Per-request sampling options, validated on construction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class SamplingParams:
+    """What and how to sample for one request (vLLM's names and defaults).
+
+    temperature 0 means greedy. `seed` makes a request's samples reproducible whatever else
+    shares its batch. `logprobs` is the number of top alternatives returned per generated token
+    (0 = the sampled token's only); `prompt_logprobs` likewise per prompt token.
+    """
+
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    min_p: float = 0.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    seed: int | None = None
+    max_tokens: int | None = 16
+    min_tokens: int = 0
+    stop: list[str] | str | None = None
+    stop_token_ids: list[int] = field(default_factory=list)
+    ignore_eos: bool = False
+    logprobs: int | None = None
+    prompt_logprobs: int | None = None
+    logit_bias: dict[int, float] | None = None
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
+    include_stop_str_in_output: bool = False
+
+    def __post_init__(self) -> None:
+        if self.top_k == 0:
+            self.top_k = -1
+        if isinstance(self.stop, str):
+            self.stop = [self.stop]
+        self.stop = list(self.stop or [])
+        self.stop_token_ids = list(self.stop_token_ids or [])
+        if self.logit_bias:
+            self.logit_bias = {int(k): float(v) for k, v in self.logit_bias.items()}
+        self._validate()
+
+    def _validate(self) -> None:
+        def check(ok: bool, message: str) -> None:
+            if not ok:
+                raise ValueError(message)
+
+        check(isinstance(self.n, int) and self.n >= 1, f"n must be at least 1, got {self.n}.")
+        check(
+            0.0 <= self.temperature,
+            f"temperature must be non-negative, got {self.temperature}.",
+        )
+        check(0.0 < self.top_p <= 1.0, f"top_p must be in (0, 1], got {self.top_p}.")
+        check(
+            self.top_k == -1 or self.top_k >= 1,
+            f"top_k must be -1 (disable), or at least 1, got {self.top_k}.",
+        )
+        check(0.0 <= self.min_p <= 1.0, f"min_p must be in [0, 1], got {self.min_p}.")
+        check(
+            -2.0 <= self.presence_penalty <= 2.0,
+            f"presence_penalty must be in [-2, 2], got {self.presence_penalty}.",
+        )
+        check(
+            -2.0 <= self.frequency_penalty <= 2.0,
+            f"frequency_penalty must be in [-2, 2], got {self.frequency_penalty}.",
+        )
+        check(
+            0.0 < self.repetition_penalty <= 2.0,
+            f"repetition_penalty must be in (0, 2], got {self.repetition_penalty}.",
+        )
+        check(
+            self.max_tokens is None or self.max_tokens >= 1,
+            f"max_tokens must be at least 1, got {self.max_tokens}.",
+        )
+        check(self.min_tokens >= 0, f"min_tokens must be non-negative, got {self.min_tokens}.")
+        check(
+            self.max_tokens is None or self.min_tokens <= self.max_tokens,
+            f"min_tokens must be less than or equal to max_tokens={self.max_tokens}, "
+            f"got {self.min_tokens}.",
+        )
+        for name in ("logprobs", "prompt_logprobs"):
+            value = getattr(self, name)
+            check(
+                value is None or 0 <= value <= 20,
+                f"{name} must be in [0, 20], got {value}.",
+            )
+        check(
+            all(t >= 0 for t in self.stop_token_ids),
+            "stop_token_ids must be non-negative token ids.",
+        )
+        check(all(s for s in self.stop), "stop strings must not be empty.")
+        if self.logit_bias:
+            for token, bias in self.logit_bias.items():
+                check(
+                    -100.0 <= bias <= 100.0,
+                    f"logit_bias for token {token} must be in [-100, 100], got {bias}.",
+                )
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature < 1e-5

@@ -1,0 +1,138 @@
+"""Runs one scheduled step: flat inputs from the schedule, forward, logits, sampling."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from hybridllm.attention import AttentionMetadata, get_attention_backend
+from hybridllm.config import EngineConfig
+from hybridllm.core.scheduler import SchedulerOutput
+from hybridllm.core.sequence import Sequence
+from hybridllm.models.loader import load_model
+from hybridllm.outputs import LogprobsDict
+from hybridllm.sampling import Sampler, SamplerOutput
+from hybridllm.sampling.sampler import top_logprobs
+from hybridllm.worker.kv_cache import allocate_kv_caches, num_kv_blocks
+
+
+@dataclass
+class ModelInputs:
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    meta: AttentionMetadata
+    sample_rows: list[int]  # flat row of each sampling sequence's last token
+    sample_seqs: list[Sequence]
+    # Prompt-logprob work: (sequence, first prompt position, flat rows) per chunk.
+    prompt_lp: list[tuple[Sequence, int, list[int]]]
+
+
+@dataclass
+class StepResult:
+    sampled: SamplerOutput
+    sample_seqs: list[Sequence]
+    # seq_id -> (first prompt position predicted, entries) for this chunk
+    prompt_logprobs: dict[int, tuple[int, list[LogprobsDict]]]
+
+
+class ModelRunner:
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.device = config.device
+        self.block_size = config.args.block_size
+        torch.manual_seed(config.args.seed)
+        load_format = "dummy" if config.args.load_format == "dummy" else "safetensors"
+        self.model = load_model(
+            config.model_path, config.model, config.dtype, self.device,
+            config.max_model_len, load_format,
+        )
+        self.backend = get_attention_backend(self.device, config.args.attention_backend)
+        self.num_blocks = num_kv_blocks(config)
+        self.kv_caches = allocate_kv_caches(config, self.num_blocks)
+        m = config.model
+        self.sampler = Sampler(m.vocab_size, m.eos_token_ids, config.args.seed)
+
+    def prepare(self, sched: SchedulerOutput) -> ModelInputs:
+        bs = self.block_size
+        ids: list[int] = []
+        positions: list[int] = []
+        slots: list[int] = []
+        cu = [0]
+        seq_lens: list[int] = []
+        q_lens: list[int] = []
+        sample_rows: list[int] = []
+        sample_seqs: list[Sequence] = []
+        prompt_lp: list[tuple[Sequence, int, list[int]]] = []
+        for item in sched.scheduled:
+            seq, n = item.seq, item.num_new_tokens
+            start = seq.num_computed_tokens
+            row0 = len(ids)
+            ids.extend(seq.token_ids[start : start + n])
+            positions.extend(range(start, start + n))
+            table = seq.block_table
+            slots.extend(table[p // bs] * bs + p % bs for p in range(start, start + n))
+            cu.append(len(ids))
+            seq_lens.append(start + n)
+            q_lens.append(n)
+            if item.samples:
+                sample_rows.append(len(ids) - 1)
+                sample_seqs.append(seq)
+            if seq.wants_prompt_logprobs and start < seq.num_prompt_tokens - 1:
+                # Row at position p predicts prompt token p + 1.
+                end = min(start + n, seq.num_prompt_tokens - 1)
+                prompt_lp.append((seq, start, list(range(row0, row0 + end - start))))
+        width = max(len(i.seq.block_table) for i in sched.scheduled)
+        tables = torch.zeros(len(sched.scheduled), width, dtype=torch.int32)
+        for r, item in enumerate(sched.scheduled):
+            tables[r, : len(item.seq.block_table)] = torch.tensor(
+                item.seq.block_table, dtype=torch.int32
+            )
+        dev = self.device
+        meta = AttentionMetadata(
+            slot_mapping=torch.tensor(slots, dtype=torch.int64, device=dev),
+            cu_seqlens_q=torch.tensor(cu, dtype=torch.int32, device=dev),
+            seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=dev),
+            block_tables=tables.to(dev),
+            max_seqlen_q=max(q_lens),
+            max_seqlen_k=max(seq_lens),
+            query_lens_host=q_lens,
+            seq_lens_host=seq_lens,
+        )
+        return ModelInputs(
+            input_ids=torch.tensor(ids, dtype=torch.int64, device=dev),
+            positions=torch.tensor(positions, dtype=torch.int64, device=dev),
+            meta=meta,
+            sample_rows=sample_rows,
+            sample_seqs=sample_seqs,
+            prompt_lp=prompt_lp,
+        )
+
+    @torch.inference_mode()
+    def execute(self, sched: SchedulerOutput) -> StepResult:
+        inputs = self.prepare(sched)
+        hidden = self.model(
+            inputs.input_ids, inputs.positions, self.kv_caches, inputs.meta, self.backend
+        )
+        prompt_logprobs = self._prompt_logprobs(hidden, inputs)
+        if inputs.sample_rows:
+            rows = torch.tensor(inputs.sample_rows, device=self.device)
+            logits = self.model.compute_logits(hidden.index_select(0, rows))
+            sampled = self.sampler(logits, inputs.sample_seqs)
+        else:
+            sampled = SamplerOutput([], [], [])
+        return StepResult(sampled, inputs.sample_seqs, prompt_logprobs)
+
+    def _prompt_logprobs(
+        self, hidden: torch.Tensor, inputs: ModelInputs
+    ) -> dict[int, tuple[int, list[LogprobsDict]]]:
+        out: dict[int, tuple[int, list[LogprobsDict]]] = {}
+        for seq, start, rows in inputs.prompt_lp:
+            idx = torch.tensor(rows, device=self.device)
+            logprobs = self.model.compute_logits(hidden.index_select(0, idx)).log_softmax(-1)
+            targets = torch.tensor(
+                seq.token_ids[start + 1 : start + 1 + len(rows)], device=self.device
+            )
+            k = seq.params.prompt_logprobs or 0
+            out[seq.seq_id] = (start + 1, top_logprobs(logprobs, targets, [k] * len(rows)))
+        return out
