@@ -1,0 +1,68 @@
+//! Command line. The Python launcher passes `--listen-fd` (a socket it bound) and
+//! `--args-json`; run alone, `--host/--port` make the binary bind itself.
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "hybridllm-frontend",
+    version,
+    about = "OpenAI-compatible HTTP frontend of hybridllm"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub serve: ServeArgs,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// An already bound TCP socket inherited from the parent; we call listen() on it.
+    #[arg(long)]
+    pub listen_fd: Option<i32>,
+    #[arg(long, default_value = "0.0.0.0")]
+    pub host: String,
+    #[arg(long, default_value_t = 8000)]
+    pub port: u16,
+    /// unix:///path/to.sock, host:port or http://host:port
+    #[arg(long, default_value = "unix:///tmp/hybridllm-engine.sock")]
+    pub engine_address: String,
+    /// Serve options as JSON (see config.rs for the schema).
+    #[arg(long, default_value = "{}")]
+    pub args_json: String,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Developer tools for the text pipeline (used by tests).
+    #[command(subcommand, hide = true)]
+    Text(TextCmd),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TextCmd {
+    /// Render chat(s): stdin is a RenderInput object or a list; stdout a JSON list of
+    /// {"prompt"} / {"error"}. A template that does not compile exits non-zero.
+    RenderChat {
+        #[arg(long)]
+        template: PathBuf,
+    },
+    /// stdin: JSON list of strings; stdout: JSON list of id lists.
+    Tokenize {
+        #[arg(long)]
+        tokenizer: PathBuf,
+        #[arg(long)]
+        add_special_tokens: bool,
+    },
+    /// stdin: JSON list of id lists; stdout: per list the incremental deltas (one per
+    /// token), the flushed tail and the one-shot decode.
+    DecodePrefixes {
+        #[arg(long)]
+        tokenizer: PathBuf,
+        #[arg(long)]
+        keep_special_tokens: bool,
+        #[arg(long)]
+        no_spaces_between_special_tokens: bool,
+    },
+}

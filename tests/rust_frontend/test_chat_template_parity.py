@@ -1,0 +1,157 @@
+"""Every template in ../shared/chat_templates must render byte-identically in the Rust
+frontend (minijinja) and in transformers' apply_chat_template (Jinja2)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+TEMPLATES = REPO.parent / "shared" / "chat_templates"
+BROKEN = {"template_vicuna.jinja"}  # has a Jinja syntax error: both sides must refuse it
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Get the current weather in a city",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "city": {"type": "string", "description": "City name, e.g. 'Paris'"},
+                    "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                    "days": {"type": "integer", "description": "Forecast days"},
+                },
+                "required": ["city"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "search",
+            "description": "Search the web",
+            "parameters": {
+                "type": "object",
+                "properties": {"query": {"type": "string", "description": "Query text"}},
+                "required": ["query"],
+            },
+        },
+    },
+]
+
+TOOL_CALL = {
+    "id": "call_abc123",
+    "type": "function",
+    "function": {"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}},
+}
+
+CONVERSATIONS = {
+    "single_user": [{"role": "user", "content": "Hello!"}],
+    "system_user": [
+        {"role": "system", "content": "You are a terse assistant."},
+        {"role": "user", "content": "What is 2+2?"},
+    ],
+    "multi_turn": [
+        {"role": "system", "content": "Be helpful."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello! How can I help?"},
+        {"role": "user", "content": "Tell me a joke.\nMake it short."},
+    ],
+    "unicode": [
+        {"role": "user", "content": "你好，世界！🌍 Ça va? こんにちは 👨‍👩‍👧"},
+        {"role": "assistant", "content": "很好 😀 — “merci”"},
+        {"role": "user", "content": "  spaced \t out  "},
+    ],
+    "ends_with_assistant": [
+        {"role": "user", "content": "Write a haiku"},
+        {"role": "assistant", "content": "Autumn moonlight"},
+    ],
+    "tools": [
+        {"role": "system", "content": "You can call tools."},
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": None, "tool_calls": [TOOL_CALL]},
+        {"role": "tool", "tool_call_id": "call_abc123", "content": '{"temp": 21, "sky": "clear"}'},
+        {"role": "assistant", "content": "It is 21°C and clear."},
+        {"role": "user", "content": "Thanks"},
+    ],
+}
+
+
+def _templates():
+    if not TEMPLATES.is_dir():
+        return [pytest.param(None, marks=pytest.mark.skip(reason=f"{TEMPLATES} is absent"))]
+    return sorted(p.name for p in TEMPLATES.glob("*.jinja"))
+
+
+@pytest.fixture(scope="module")
+def hf_tok(model_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(model_dir))
+
+
+def _hf_render(tok, text, case):
+    try:
+        return {
+            "prompt": tok.apply_chat_template(
+                case["messages"],
+                chat_template=text,
+                tools=case.get("tools"),
+                add_generation_prompt=case["add_generation_prompt"],
+                continue_final_message=case["continue_final_message"],
+                tokenize=False,
+            )
+        }
+    except Exception as e:  # noqa: BLE001 - any refusal counts as an error
+        return {"error": str(e)}
+
+
+@pytest.mark.parametrize("name", _templates())
+def test_template_parity(name, run_text, hf_tok):
+    path = TEMPLATES / name
+    text = path.read_bytes().decode("utf-8")  # keep CRLF files as stored
+    if name in BROKEN:
+        with pytest.raises(Exception):
+            _hf_render(hf_tok, text, {"messages": CONVERSATIONS["single_user"]})
+            import jinja2
+
+            jinja2.Environment().parse(text)
+        rc, _, err = run_text(["render-chat", "--template", str(path)], [])
+        assert rc != 0 and "invalid chat template" in err, err
+        return
+    cases = []
+    for conv_name, messages in CONVERSATIONS.items():
+        for agp in (True, False):
+            case = {
+                "messages": messages,
+                "add_generation_prompt": agp,
+                "continue_final_message": False,
+                "bos_token": hf_tok.bos_token,
+                "eos_token": hf_tok.eos_token,
+                "kwargs": {
+                    k: v
+                    for k, v in hf_tok.special_tokens_map.items()
+                    if k not in ("bos_token", "eos_token")
+                },
+            }
+            if conv_name == "tools":
+                case["tools"] = TOOLS
+            cases.append((conv_name, case))
+        if messages[-1]["role"] == "assistant":
+            cfm = dict(cases[-1][1], continue_final_message=True)
+            cases.append((conv_name + "+continue", cfm))
+    rc, out, err = run_text(["render-chat", "--template", str(path)], [c for _, c in cases])
+    assert rc == 0, err
+    rendered = 0
+    for (conv_name, case), got in zip(cases, out):
+        want = _hf_render(hf_tok, text, json.loads(json.dumps(case)))
+        label = f"{name}/{conv_name}/agp={case['add_generation_prompt']}"
+        if "error" in want:
+            assert "error" in got, f"{label}: transformers refused ({want['error']}) but Rust rendered"
+        else:
+            assert got.get("prompt") == want["prompt"], f"{label}: {got.get('error')}"
+            rendered += 1
+    assert rendered > 0, f"{name}: no conversation rendered at all"
