@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from hybridllm.models.resolve import resolve_model
 
 PROMPTS = [

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hybridllm import LLM, SamplingParams
 
+from hybridllm import LLM, SamplingParams
 from tests.conftest import PROMPTS
 
 MAX_TOKENS = 32

@@ -1,0 +1,191 @@
+"""Each sampling parameter changes the output as documented, so ignoring one fails a test."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from hybridllm import LLM, SamplingParams
+
+PROMPT = "Once upon a time, in a small village,"
+CHAT = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+@pytest.fixture(scope="module")
+def llm(model_path) -> LLM:
+    return LLM(model=str(model_path), seed=0)
+
+
+def gen(llm: LLM, prompt=PROMPT, **kw) -> list[int]:
+    return llm.generate(prompt, SamplingParams(**kw))[0].outputs[0].token_ids
+
+
+@pytest.fixture(scope="module")
+def greedy(llm: LLM) -> list[int]:
+    return gen(llm, temperature=0, max_tokens=12, ignore_eos=True)
+
+
+def test_chat_answers_paris(llm: LLM) -> None:
+    out = llm.chat(CHAT, SamplingParams(temperature=0, max_tokens=32))[0].outputs[0]
+    assert "Paris" in out.text
+    assert out.text == "The capital of France is Paris."
+    assert out.finish_reason == "stop" and out.stop_reason is None  # ended by EOS
+
+
+def test_max_tokens_exact(llm: LLM) -> None:
+    out = llm.generate(PROMPT, SamplingParams(temperature=0, max_tokens=7, ignore_eos=True))
+    assert len(out[0].outputs[0].token_ids) == 7
+    assert out[0].outputs[0].finish_reason == "length"
+
+
+def test_seeded_sampling_reproducible_and_batch_independent(llm: LLM, greedy) -> None:
+    params = SamplingParams(temperature=1.0, seed=1234, max_tokens=12, ignore_eos=True)
+    alone = llm.generate(PROMPT, params)[0].outputs[0].token_ids
+    mates = ["Hello there", "def f(x):", PROMPT, "The sky is"]
+    other = SamplingParams(temperature=1.0, max_tokens=12, ignore_eos=True)  # unseeded mates
+    batch = llm.generate(mates, [other, other, params, other])
+    assert batch[2].outputs[0].token_ids == alone
+    assert alone != greedy  # it really sampled
+    different_seed = gen(llm, temperature=1.0, seed=4321, max_tokens=12, ignore_eos=True)
+    assert different_seed != alone
+
+
+@pytest.mark.parametrize(
+    "kw", [{"top_k": 1}, {"top_p": 1e-6}, {"min_p": 1.0}], ids=["top_k", "top_p", "min_p"]
+)
+def test_truncation_to_one_token_is_greedy(llm: LLM, greedy, kw) -> None:
+    # High temperature would scatter the samples; each truncation leaves only the argmax.
+    assert gen(llm, temperature=5.0, seed=7, max_tokens=12, ignore_eos=True, **kw) == greedy
+    assert gen(llm, temperature=5.0, seed=7, max_tokens=12, ignore_eos=True) != greedy
+
+
+def test_top_k_limits_support(llm: LLM) -> None:
+    """With top_k=2 every sampled token is one of the two best under the (raw) model."""
+    out = llm.generate(
+        PROMPT,
+        SamplingParams(temperature=5.0, top_k=2, seed=3, max_tokens=10, logprobs=2,
+                       ignore_eos=True),
+    )[0].outputs[0]
+    assert all(lp[t].rank <= 2 for t, lp in zip(out.token_ids, out.logprobs))
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [{"presence_penalty": 2.0}, {"frequency_penalty": 2.0}, {"repetition_penalty": 1.8}],
+    ids=["presence", "frequency", "repetition"],
+)
+def test_penalties_reduce_repetition(llm: LLM, kw) -> None:
+    prompt = "one one one one one one one one"
+    base = gen(llm, prompt, temperature=0, max_tokens=16, ignore_eos=True)
+    pen = gen(llm, prompt, temperature=0, max_tokens=16, ignore_eos=True, **kw)
+    assert pen != base
+    assert len(set(pen)) > len(set(base))
+
+
+def test_logit_bias_forces_token(llm: LLM) -> None:
+    out = gen(llm, temperature=0, max_tokens=5, ignore_eos=True, logit_bias={42: 100.0})
+    assert out == [42] * 5
+
+
+def test_min_tokens_holds_off_eos(llm: LLM) -> None:
+    short = llm.chat(CHAT, SamplingParams(temperature=0, max_tokens=64))[0].outputs[0]
+    assert len(short.token_ids) < 20 and short.finish_reason == "stop"
+    long = llm.chat(CHAT, SamplingParams(temperature=0, max_tokens=64, min_tokens=20))[0]
+    ids = long.outputs[0].token_ids
+    assert len(ids) >= 20 and 2 not in ids[:20]
+
+
+def test_ignore_eos_runs_to_max_tokens(llm: LLM) -> None:
+    out = llm.chat(CHAT, SamplingParams(temperature=0, max_tokens=24, ignore_eos=True))[0]
+    assert len(out.outputs[0].token_ids) == 24 and out.outputs[0].finish_reason == "length"
+
+
+def test_stop_token_ids(llm: LLM, greedy) -> None:
+    stop = greedy[3]
+    first = greedy.index(stop)
+    out = llm.generate(
+        PROMPT, SamplingParams(temperature=0, max_tokens=12, stop_token_ids=[stop])
+    )[0].outputs[0]
+    assert out.token_ids == greedy[: first + 1]
+    assert out.finish_reason == "stop" and out.stop_reason == stop
+
+
+def test_stop_string(llm: LLM) -> None:
+    out = llm.chat(CHAT, SamplingParams(temperature=0, max_tokens=32, stop=["Paris"]))
+    assert out[0].outputs[0].text == "The capital of France is "
+    assert out[0].outputs[0].stop_reason == "Paris"
+    kept = llm.chat(
+        CHAT,
+        SamplingParams(temperature=0, max_tokens=32, stop=["Paris"],
+                       include_stop_str_in_output=True),
+    )
+    assert kept[0].outputs[0].text == "The capital of France is Paris"
+
+
+def test_n_samples_distinct_and_seeded(llm: LLM) -> None:
+    params = SamplingParams(n=3, temperature=1.0, seed=11, max_tokens=10, ignore_eos=True)
+    a = llm.generate(PROMPT, params)[0]
+    b = llm.generate(PROMPT, params)[0]
+    assert [o.index for o in a.outputs] == [0, 1, 2]
+    assert len({tuple(o.token_ids) for o in a.outputs}) == 3
+    assert [o.token_ids for o in a.outputs] == [o.token_ids for o in b.outputs]
+
+
+def test_logprobs_match_transformers(llm: LLM, hf_model, tokenizer) -> None:
+    out = llm.generate(
+        PROMPT, SamplingParams(temperature=0, max_tokens=3, logprobs=5, prompt_logprobs=2,
+                               ignore_eos=True),
+    )[0]
+    ids = tokenizer.encode(PROMPT).ids
+    full = ids + out.outputs[0].token_ids
+    with torch.inference_mode():
+        ref = hf_model(torch.tensor([full])).logits[0].float().log_softmax(-1)
+    # Generated tokens: 5 alternatives plus the chosen one (already among them when greedy).
+    for step, (token, lp) in enumerate(zip(out.outputs[0].token_ids, out.outputs[0].logprobs)):
+        row = ref[len(ids) - 1 + step]
+        top = row.topk(5)
+        assert list(lp.keys()) == top.indices.tolist()
+        assert lp[token].rank == 1
+        for t, v in zip(top.indices.tolist(), top.values.tolist()):
+            assert math.isclose(lp[t].logprob, v, abs_tol=1e-4)
+    cum = sum(lp[t].logprob for t, lp in zip(out.outputs[0].token_ids, out.outputs[0].logprobs))
+    assert math.isclose(out.outputs[0].cumulative_logprob, cum, abs_tol=1e-5)
+    # Prompt: None for the first token, then the actual token plus the top 2.
+    assert len(out.prompt_logprobs) == len(ids) and out.prompt_logprobs[0] is None
+    for pos in range(1, len(ids)):
+        entry = out.prompt_logprobs[pos]
+        assert math.isclose(entry[ids[pos]].logprob, ref[pos - 1, ids[pos]].item(), abs_tol=1e-4)
+        assert len(entry) in (2, 3)
+
+
+@pytest.mark.parametrize(
+    "kw, field",
+    [
+        ({"temperature": -1}, "temperature"),
+        ({"top_p": 0}, "top_p"),
+        ({"top_k": -5}, "top_k"),
+        ({"min_p": 1.5}, "min_p"),
+        ({"presence_penalty": 3}, "presence_penalty"),
+        ({"frequency_penalty": -3}, "frequency_penalty"),
+        ({"repetition_penalty": 0}, "repetition_penalty"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"min_tokens": -1}, "min_tokens"),
+        ({"n": 0}, "n"),
+        ({"logprobs": 21}, "logprobs"),
+        ({"prompt_logprobs": -1}, "prompt_logprobs"),
+        ({"logit_bias": {5: 101}}, "logit_bias"),
+    ],
+)
+def test_bad_values_name_the_parameter(kw, field) -> None:
+    with pytest.raises(ValueError, match=field):
+        SamplingParams(**kw)
+
+
+def test_bad_prompts_rejected(llm: LLM) -> None:
+    with pytest.raises(ValueError, match="out of vocabulary"):
+        llm.generate([[1, 2, 10**6]], SamplingParams(max_tokens=2))
+    with pytest.raises(ValueError, match="maximum model length"):
+        llm.generate([[1] * 9000], SamplingParams(max_tokens=2))
+    assert gen(llm, temperature=0, max_tokens=3, ignore_eos=True)  # still serving
