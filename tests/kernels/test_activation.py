@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from hybridllm.kernels.activation import silu_and_mul
 from hybridllm.models import layers
 

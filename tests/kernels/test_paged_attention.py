@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from hybridllm.attention.torch_ref import paged_attention_reference
 from hybridllm.kernels.paged_attention import choose_num_splits, paged_attention
 from hybridllm.kernels.testing import build_metadata, random_kv_cache

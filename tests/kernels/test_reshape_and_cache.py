@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from hybridllm.attention.torch_ref import write_kv_reference
 from hybridllm.kernels.reshape_and_cache import reshape_and_cache
 from hybridllm.kernels.testing import build_metadata, random_kv_cache

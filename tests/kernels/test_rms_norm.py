@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from hybridllm.kernels.rms_norm import add_rms_norm, rms_norm
 from hybridllm.models import layers
 

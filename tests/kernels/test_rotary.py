@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from hybridllm.kernels.rotary import apply_rotary, rotary_embedding_
 from hybridllm.models import layers
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from hybridllm.attention import AttentionMetadata, get_attention_backend
 from hybridllm.attention.torch_ref import TorchAttentionBackend
 
