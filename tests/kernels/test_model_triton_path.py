@@ -1,0 +1,61 @@
+"""End to end: a tiny dummy Llama step over a mixed batch with the Triton kernels swapped in
+for models.layers and the Triton attention backend, vs torch layers + torch backend. fp32,
+so 1e-5 relative to the output scale (the per-kernel differences are ~1e-7)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from hybridllm.attention.torch_ref import TorchAttentionBackend
+from hybridllm.attention.triton_backend import TritonAttentionBackend
+from hybridllm.kernels import activation, rms_norm, rotary
+from hybridllm.kernels.testing import build_metadata
+from hybridllm.models import layers
+from hybridllm.models.config import LlamaConfig
+from hybridllm.models.loader import load_model
+
+TINY = {
+    "architectures": ["LlamaForCausalLM"], "hidden_size": 96, "intermediate_size": 160,
+    "num_hidden_layers": 2, "num_attention_heads": 6, "num_key_value_heads": 2,
+    "head_dim": 16, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+    "tie_word_embeddings": True, "vocab_size": 300,
+}
+
+
+def test_tiny_llama_step(tmp_path: Path, device: torch.device,
+                         monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(TINY))
+    cfg = LlamaConfig.from_folder(tmp_path)
+    model = load_model(tmp_path, cfg, torch.float32, device, 128, load_format="dummy")
+    g = torch.Generator().manual_seed(11)
+    block_size, num_blocks = 16, 12
+    meta = build_metadata([(6, 6), (3, 21), (1, 9), (1, 33)], block_size, num_blocks, device, g)
+    positions = torch.cat([
+        torch.arange(k - q, k) for q, k in zip(meta.query_lens_host, meta.seq_lens_host)
+    ]).to(device)
+    input_ids = torch.randint(0, cfg.vocab_size, (positions.shape[0],), generator=g).to(device)
+    caches = torch.randn(
+        cfg.num_hidden_layers, 2, num_blocks, block_size, cfg.num_key_value_heads,
+        cfg.head_dim, generator=g,
+    ).to(device)
+
+    torch_caches = list(caches.clone().unbind(0))
+    with torch.inference_mode():
+        ref = model.forward(input_ids, positions, torch_caches, meta, TorchAttentionBackend())
+
+    monkeypatch.setattr(layers, "rms_norm", rms_norm.rms_norm)
+    monkeypatch.setattr(layers, "add_rms_norm", rms_norm.add_rms_norm)
+    monkeypatch.setattr(layers, "silu_and_mul", activation.silu_and_mul)
+    monkeypatch.setattr(layers, "apply_rotary",
+                        lambda x, p, cs: rotary.apply_rotary(x, p, cs, inplace=True))
+    triton_caches = list(caches.clone().unbind(0))
+    with torch.inference_mode():
+        out = model.forward(input_ids, positions, triton_caches, meta, TritonAttentionBackend())
+
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    for a, b in zip(triton_caches, torch_caches):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)
