@@ -1,19 +1,51 @@
 //! hybridllm-frontend: the OpenAI-compatible HTTP server in front of the engine worker.
+mod auth;
 mod cli;
+mod config;
+mod engine_client;
+mod errors;
+mod metrics;
+mod openai;
+mod server;
 mod text;
+mod validation;
 
 use clap::Parser;
+use std::process::ExitCode;
 
-fn main() -> std::process::ExitCode {
+fn main() -> ExitCode {
     let cli = cli::Cli::parse();
-    match cli.command {
-        Some(cli::Command::Text(cmd)) => match text::devtools::run(cmd) {
-            Ok(()) => std::process::ExitCode::SUCCESS,
+    if let Some(cli::Command::Text(cmd)) = cli.command {
+        return match text::devtools::run(cmd) {
+            Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("error: {e:#}");
-                std::process::ExitCode::from(2)
+                ExitCode::from(2)
             }
-        },
-        None => std::process::ExitCode::SUCCESS,
+        };
+    }
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("HYBRIDLLM_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("hybridllm-frontend: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(server::serve(cli.serve)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("hybridllm-frontend: error: {e:#}");
+            ExitCode::FAILURE
+        }
     }
 }

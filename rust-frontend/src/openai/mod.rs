@@ -1,0 +1,71 @@
+//! OpenAI-compatible endpoints (with vLLM's extensions).
+pub mod chat;
+pub mod completions;
+pub mod generate;
+pub mod logprobs;
+pub mod models;
+pub mod sse;
+
+use crate::errors::ApiError;
+use crate::server::AppState;
+use axum::extract::{FromRequest, Request};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use std::sync::Arc;
+
+#[derive(Debug, Default, Deserialize)]
+pub struct StreamOptions {
+    #[serde(default)]
+    pub include_usage: bool,
+}
+
+pub fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// `<prefix>-<32 hex>`, e.g. `chatcmpl-0123…`.
+pub fn new_id(prefix: &str) -> String {
+    format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// An omitted/null model is allowed; any other name must be one of the served names.
+pub fn check_model(state: &AppState, model: &Option<String>) -> Result<(), ApiError> {
+    match model {
+        Some(m) if !state.served_names.iter().any(|s| s == m) => Err(ApiError::model_not_found(m)),
+        _ => Ok(()),
+    }
+}
+
+/// JSON body extractor whose failures are OpenAI error bodies (axum's are plain text):
+/// too large -> 413, malformed or mistyped -> 400 with serde's explanation.
+pub struct JsonBody<T>(pub T);
+
+impl<T: DeserializeOwned> FromRequest<Arc<AppState>> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, ApiError> {
+        let limit = state.config.max_request_body_bytes;
+        let declared = req
+            .headers()
+            .get(axum::http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<usize>().ok());
+        if declared.is_some_and(|n| n > limit) {
+            return Err(ApiError::PayloadTooLarge(limit));
+        }
+        let bytes = axum::body::to_bytes(req.into_body(), limit)
+            .await
+            .map_err(|_| ApiError::PayloadTooLarge(limit))?;
+        serde_json::from_slice(&bytes).map(JsonBody).map_err(|e| {
+            let kind = if e.is_syntax() || e.is_eof() {
+                "Invalid JSON body"
+            } else {
+                "Invalid request"
+            };
+            ApiError::bad(format!("{kind}: {e}"))
+        })
+    }
+}

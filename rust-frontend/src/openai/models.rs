@@ -1,0 +1,139 @@
+//! GET /v1/models, /health, /version, /metrics and POST /tokenize, /detokenize.
+use super::chat::{render_prompt, TemplateArgs};
+use super::generate::tokenize as encode;
+use super::{check_model, new_id, JsonBody};
+use crate::engine_client::pb;
+use crate::errors::ApiError;
+use crate::server::AppState;
+use crate::text::tokenizer::DecodeOpts;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub async fn models(State(state): State<Arc<AppState>>) -> Response {
+    let data: Vec<Value> = state
+        .served_names
+        .iter()
+        .map(|name| {
+            json!({
+                "id": name,
+                "object": "model",
+                "created": state.created,
+                "owned_by": "hybridllm",
+                "root": state.model_info.model_path,
+                "parent": null,
+                "max_model_len": state.max_model_len,
+                "permission": [{
+                    "id": new_id("modelperm"),
+                    "object": "model_permission",
+                    "created": state.created,
+                    "allow_create_engine": false,
+                    "allow_sampling": true,
+                    "allow_logprobs": true,
+                    "allow_search_indices": false,
+                    "allow_view": true,
+                    "allow_fine_tuning": false,
+                    "organization": "*",
+                    "group": null,
+                    "is_blocking": false,
+                }],
+            })
+        })
+        .collect();
+    axum::Json(json!({"object": "list", "data": data})).into_response()
+}
+
+/// 200 with an empty body while the worker reports SERVING, else 503.
+pub async fn health(State(state): State<Arc<AppState>>) -> StatusCode {
+    let mut client = state.engine.clone();
+    let call = client.health(pb::HealthRequest {});
+    match tokio::time::timeout(Duration::from_secs(5), call).await {
+        Ok(Ok(r)) if r.get_ref().status == pb::health_response::Status::Serving as i32 => {
+            StatusCode::OK
+        }
+        _ => StatusCode::SERVICE_UNAVAILABLE,
+    }
+}
+
+pub async fn version() -> Response {
+    axum::Json(json!({"version": env!("CARGO_PKG_VERSION")})).into_response()
+}
+
+pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    let text = state.metrics.render(&state.engine).await;
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+#[derive(Debug, Deserialize)]
+pub struct TokenizeRequest {
+    pub model: Option<String>,
+    pub prompt: Option<String>,
+    pub messages: Option<Vec<Value>>,
+    pub add_special_tokens: Option<bool>,
+    #[serde(flatten)]
+    pub template: TemplateArgs,
+}
+
+pub async fn tokenize(
+    State(state): State<Arc<AppState>>,
+    JsonBody(req): JsonBody<TokenizeRequest>,
+) -> Result<Response, ApiError> {
+    check_model(&state, &req.model)?;
+    let (text, default_special) = match (&req.prompt, &req.messages) {
+        (Some(p), None) => (p.clone(), true),
+        (None, Some(m)) => (render_prompt(&state, m, &req.template, true)?, false),
+        _ => {
+            return Err(ApiError::bad(
+                "Exactly one of `prompt` or `messages` must be given.",
+            ))
+        }
+    };
+    let tokens = encode(
+        &state,
+        text,
+        req.add_special_tokens.unwrap_or(default_special),
+    )
+    .await?;
+    Ok(axum::Json(
+        json!({"count": tokens.len(), "max_model_len": state.max_model_len, "tokens": tokens}),
+    )
+    .into_response())
+}
+
+#[derive(Debug, Deserialize)]
+pub struct DetokenizeRequest {
+    pub model: Option<String>,
+    pub tokens: Vec<u32>,
+}
+
+pub async fn detokenize(
+    State(state): State<Arc<AppState>>,
+    JsonBody(req): JsonBody<DetokenizeRequest>,
+) -> Result<Response, ApiError> {
+    check_model(&state, &req.model)?;
+    if let Some(bad) = req.tokens.iter().find(|&&t| t as usize >= state.vocab_size) {
+        return Err(ApiError::bad_param(
+            "tokens",
+            format!(
+                "Token id {bad} is out of vocabulary (size {}).",
+                state.vocab_size
+            ),
+        ));
+    }
+    let prompt = state
+        .tokenizer
+        .decode(&req.tokens, DecodeOpts::default())
+        .map_err(ApiError::Internal)?;
+    Ok(axum::Json(json!({"prompt": prompt})).into_response())
+}

@@ -1,0 +1,189 @@
+//! Start-up (engine handshake, tokenizer, chat template), the axum router, the listening
+//! socket (inherited fd or our own bind) and graceful shutdown.
+use crate::cli::ServeArgs;
+use crate::config::ServeConfig;
+use crate::engine_client::{self, pb, EngineClient};
+use crate::errors::ApiError;
+use crate::metrics::Metrics;
+use crate::openai;
+use crate::text::chat_template::ChatTemplate;
+use crate::text::tokenizer::Tokenizer;
+use axum::http::{HeaderName, HeaderValue, Method};
+use axum::routing::{get, post};
+use axum::Router;
+use std::sync::Arc;
+use std::time::Duration;
+use tower_http::cors::{AllowHeaders, AllowMethods, AllowOrigin, CorsLayer};
+
+pub struct AppState {
+    pub config: ServeConfig,
+    pub engine: EngineClient,
+    pub tokenizer: Arc<Tokenizer>,
+    pub template: Option<ChatTemplate>,
+    pub model_info: pb::ModelInfo,
+    pub served_names: Vec<String>,
+    pub max_model_len: u32,
+    pub vocab_size: usize,
+    pub metrics: Metrics,
+    pub created: i64,
+}
+
+fn cors(c: &ServeConfig) -> CorsLayer {
+    let any = |v: &[String]| v.iter().any(|s| s == "*");
+    let mut layer = CorsLayer::new();
+    layer = if any(&c.allowed_origins) {
+        layer.allow_origin(AllowOrigin::any())
+    } else {
+        layer.allow_origin(
+            c.allowed_origins
+                .iter()
+                .filter_map(|o| HeaderValue::from_str(o).ok())
+                .collect::<Vec<_>>(),
+        )
+    };
+    layer = if any(&c.allowed_methods) {
+        layer.allow_methods(AllowMethods::any())
+    } else {
+        layer.allow_methods(
+            c.allowed_methods
+                .iter()
+                .filter_map(|m| Method::from_bytes(m.as_bytes()).ok())
+                .collect::<Vec<_>>(),
+        )
+    };
+    layer = if any(&c.allowed_headers) {
+        layer.allow_headers(AllowHeaders::any())
+    } else {
+        layer.allow_headers(
+            c.allowed_headers
+                .iter()
+                .filter_map(|h| HeaderName::from_bytes(h.as_bytes()).ok())
+                .collect::<Vec<_>>(),
+        )
+    };
+    // Credentials cannot be combined with wildcards (tower-http panics), so only when explicit.
+    if c.allow_credentials
+        && !any(&c.allowed_origins)
+        && !any(&c.allowed_headers)
+        && !any(&c.allowed_methods)
+    {
+        layer = layer.allow_credentials(true);
+    }
+    layer
+}
+
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(openai::chat::handle))
+        .route("/v1/completions", post(openai::completions::handle))
+        .route("/v1/models", get(openai::models::models))
+        .route("/health", get(openai::models::health))
+        .route("/version", get(openai::models::version))
+        .route("/metrics", get(openai::models::metrics))
+        .route("/tokenize", post(openai::models::tokenize))
+        .route("/detokenize", post(openai::models::detokenize))
+        .fallback(|| async { ApiError::NotFound("Not Found".into()) })
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            crate::auth::require_key,
+        ))
+        .layer(cors(&state.config))
+        .with_state(state)
+}
+
+/// Everything that can fail before serving fails here, with a clear message (exit non-zero).
+pub async fn build_state(args: &ServeArgs) -> anyhow::Result<Arc<AppState>> {
+    let config = ServeConfig::parse(&args.args_json)?;
+    // Compile an override template first: a broken one must fail even without a worker.
+    let override_template = match &config.chat_template {
+        Some(path) => {
+            let src = std::fs::read_to_string(path)
+                .map_err(|e| anyhow::anyhow!("cannot read chat template {path}: {e}"))?;
+            Some(
+                ChatTemplate::compile(&src)
+                    .map_err(|e| anyhow::anyhow!("chat template {path}: {e}"))?,
+            )
+        }
+        None => None,
+    };
+    let engine = engine_client::connect(&args.engine_address)?;
+    let timeout = Duration::from_secs_f64(config.engine_connect_timeout_s.max(0.0));
+    let info = engine_client::model_info(&engine, timeout).await?;
+    let tok_path = config
+        .tokenizer_path
+        .clone()
+        .unwrap_or_else(|| info.tokenizer_path.clone());
+    let tokenizer = Tokenizer::from_file(std::path::Path::new(&tok_path))?;
+    let template = match override_template {
+        Some(t) => Some(t),
+        None if !info.chat_template.is_empty() => Some(
+            ChatTemplate::compile(&info.chat_template)
+                .map_err(|e| anyhow::anyhow!("model chat template: {e}"))?,
+        ),
+        None => None,
+    };
+    let mut served_names = config.served_model_name.clone();
+    if served_names.is_empty() {
+        served_names.push(if info.served_model_name.is_empty() {
+            info.model_path.clone()
+        } else {
+            info.served_model_name.clone()
+        });
+    }
+    let max_model_len = config.max_model_len.unwrap_or(info.max_model_len);
+    let vocab_size = (info.vocab_size as usize).max(tokenizer.vocab_size());
+    tracing::info!(model = %served_names[0], max_model_len, "engine ready");
+    Ok(Arc::new(AppState {
+        config,
+        engine,
+        tokenizer: Arc::new(tokenizer),
+        template,
+        model_info: info,
+        served_names,
+        max_model_len,
+        vocab_size,
+        metrics: Metrics::new(),
+        created: openai::now(),
+    }))
+}
+
+/// The parent bound the socket (so the port is reserved before we start); we listen on it.
+fn inherited_listener(fd: i32) -> anyhow::Result<std::net::TcpListener> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: the fd is handed to us by the parent process for exactly this purpose and is
+    // not used anywhere else in this process.
+    let socket = unsafe { socket2::Socket::from_raw_fd(fd) };
+    socket.listen(2048)?;
+    socket.set_nonblocking(true)?;
+    Ok(socket.into())
+}
+
+pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    // Bind (or adopt the inherited socket) before the engine handshake so errors surface early.
+    let std_listener = match args.listen_fd {
+        Some(fd) => inherited_listener(fd)?,
+        None => {
+            let l = std::net::TcpListener::bind((args.host.as_str(), args.port))?;
+            l.set_nonblocking(true)?;
+            l
+        }
+    };
+    let state = build_state(&args).await?;
+    let listener = tokio::net::TcpListener::from_std(std_listener)?;
+    tracing::info!("listening on {}", listener.local_addr()?);
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown_signal())
+        .await?;
+    tracing::info!("shut down");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => {},
+        _ = int.recv() => {},
+    }
+}

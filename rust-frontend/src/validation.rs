@@ -1,0 +1,314 @@
+//! Sampling-parameter validation shared by chat and completions: every out-of-range value is
+//! a 400 naming the field and its limit, before anything reaches the worker.
+use crate::engine_client::pb;
+use crate::errors::ApiError;
+use crate::text::tokenizer::DecodeOpts;
+use serde::Deserialize;
+use serde_json::Value as Json;
+use std::collections::HashMap;
+
+/// Sampling fields common to /v1/completions and /v1/chat/completions (OpenAI + vLLM).
+#[derive(Debug, Default, Deserialize)]
+pub struct SamplingRequest {
+    pub n: Option<i64>,
+    pub best_of: Option<i64>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub top_k: Option<i64>,
+    pub min_p: Option<f64>,
+    pub presence_penalty: Option<f64>,
+    pub frequency_penalty: Option<f64>,
+    pub repetition_penalty: Option<f64>,
+    pub seed: Option<i64>,
+    pub max_tokens: Option<i64>,
+    pub max_completion_tokens: Option<i64>,
+    pub min_tokens: Option<i64>,
+    pub stop: Option<Json>,
+    pub stop_token_ids: Option<Vec<u32>>,
+    pub ignore_eos: Option<bool>,
+    pub logit_bias: Option<HashMap<String, f64>>,
+    pub skip_special_tokens: Option<bool>,
+    pub spaces_between_special_tokens: Option<bool>,
+    pub include_stop_str_in_output: Option<bool>,
+    pub prompt_logprobs: Option<i64>,
+}
+
+/// Validated parameters; `max_tokens` is finalised once the prompt length is known.
+#[derive(Debug, Clone)]
+pub struct GenParams {
+    pub sampling: pb::SamplingParams,
+    pub n: u32,
+    pub max_tokens: Option<u32>,
+    pub stop: Vec<String>,
+    pub include_stop: bool,
+    pub decode: DecodeOpts,
+    /// Top-k logprobs per generated token (Some(0): only the sampled token's).
+    pub logprobs: Option<u32>,
+}
+
+pub const MAX_LOGPROBS: i64 = 20;
+
+fn range_f(
+    name: &str,
+    v: Option<f64>,
+    lo: f64,
+    hi: f64,
+    lo_open: bool,
+) -> Result<Option<f32>, ApiError> {
+    let Some(x) = v else { return Ok(None) };
+    let ok = x.is_finite() && (if lo_open { x > lo } else { x >= lo }) && x <= hi;
+    if !ok {
+        let l = if lo_open { "(" } else { "[" };
+        return Err(ApiError::bad_param(
+            name,
+            format!("{name} must be in {l}{lo}, {hi}], got {x}."),
+        ));
+    }
+    Ok(Some(x as f32))
+}
+
+fn stop_list(v: &Option<Json>) -> Result<Vec<String>, ApiError> {
+    match v {
+        None | Some(Json::Null) => Ok(vec![]),
+        Some(Json::String(s)) => Ok(vec![s.clone()]),
+        Some(Json::Array(a)) => a
+            .iter()
+            .map(|x| {
+                x.as_str().map(str::to_string).ok_or_else(|| {
+                    ApiError::bad_param("stop", "stop must be a string or a list of strings.")
+                })
+            })
+            .collect(),
+        Some(_) => Err(ApiError::bad_param(
+            "stop",
+            "stop must be a string or a list of strings.",
+        )),
+    }
+}
+
+impl SamplingRequest {
+    /// `logprobs`: the already-parsed top-k for generated tokens (format differs per endpoint).
+    pub fn validate(
+        &self,
+        logprobs: Option<i64>,
+        vocab_size: usize,
+    ) -> Result<GenParams, ApiError> {
+        let n = self.n.unwrap_or(1);
+        if !(1..=128).contains(&n) {
+            return Err(ApiError::bad_param(
+                "n",
+                format!("n must be in [1, 128], got {n}."),
+            ));
+        }
+        if let Some(b) = self.best_of {
+            if b != n {
+                return Err(ApiError::bad_param(
+                    "best_of",
+                    "best_of is not supported (it must equal n).",
+                ));
+            }
+        }
+        let temperature = range_f("temperature", self.temperature, 0.0, 2.0, false)?;
+        let top_p = range_f("top_p", self.top_p, 0.0, 1.0, true)?;
+        let min_p = range_f("min_p", self.min_p, 0.0, 1.0, false)?;
+        let presence_penalty =
+            range_f("presence_penalty", self.presence_penalty, -2.0, 2.0, false)?;
+        let frequency_penalty = range_f(
+            "frequency_penalty",
+            self.frequency_penalty,
+            -2.0,
+            2.0,
+            false,
+        )?;
+        if let Some(r) = self.repetition_penalty {
+            if !(r.is_finite() && r > 0.0 && r <= 2.0) {
+                return Err(ApiError::bad_param(
+                    "repetition_penalty",
+                    format!("repetition_penalty must be in (0, 2], got {r}."),
+                ));
+            }
+        }
+        if let Some(k) = self.top_k {
+            if k < -1 || k > i32::MAX as i64 {
+                return Err(ApiError::bad_param(
+                    "top_k",
+                    format!("top_k must be -1 (disable), or at least 1, got {k}."),
+                ));
+            }
+        }
+        let max_tokens = match (self.max_tokens, self.max_completion_tokens) {
+            (_, Some(m)) | (Some(m), None) => {
+                if m < 1 || m > u32::MAX as i64 {
+                    let field = if self.max_completion_tokens.is_some() {
+                        "max_completion_tokens"
+                    } else {
+                        "max_tokens"
+                    };
+                    return Err(ApiError::bad_param(
+                        field,
+                        format!("{field} must be at least 1, got {m}."),
+                    ));
+                }
+                Some(m as u32)
+            }
+            (None, None) => None,
+        };
+        let min_tokens = self.min_tokens.unwrap_or(0);
+        if min_tokens < 0 || max_tokens.is_some_and(|m| min_tokens > m as i64) {
+            return Err(ApiError::bad_param(
+                "min_tokens",
+                format!("min_tokens must be in [0, max_tokens], got {min_tokens}."),
+            ));
+        }
+        if let Some(lp) = logprobs {
+            if !(0..=MAX_LOGPROBS).contains(&lp) {
+                return Err(ApiError::bad_param(
+                    "logprobs",
+                    format!("logprobs must be in [0, {MAX_LOGPROBS}], got {lp}."),
+                ));
+            }
+        }
+        let prompt_logprobs = self.prompt_logprobs;
+        if let Some(lp) = prompt_logprobs {
+            if !(0..=MAX_LOGPROBS).contains(&lp) {
+                return Err(ApiError::bad_param(
+                    "prompt_logprobs",
+                    format!("prompt_logprobs must be in [0, {MAX_LOGPROBS}], got {lp}."),
+                ));
+            }
+        }
+        let mut logit_bias = HashMap::new();
+        for (k, v) in self.logit_bias.iter().flatten() {
+            let id: u32 = k.parse().map_err(|_| {
+                ApiError::bad_param(
+                    "logit_bias",
+                    format!("logit_bias key {k:?} is not a token id."),
+                )
+            })?;
+            if id as usize >= vocab_size {
+                return Err(ApiError::bad_param(
+                    "logit_bias",
+                    format!(
+                        "token_id {id} in logit_bias is out of vocabulary (size {vocab_size})."
+                    ),
+                ));
+            }
+            if !(-100.0..=100.0).contains(v) {
+                return Err(ApiError::bad_param(
+                    "logit_bias",
+                    format!("logit_bias values must be in [-100, 100], got {v}."),
+                ));
+            }
+            logit_bias.insert(id, *v as f32);
+        }
+        for id in self.stop_token_ids.iter().flatten() {
+            if *id as usize >= vocab_size {
+                return Err(ApiError::bad_param(
+                    "stop_token_ids",
+                    format!("stop token id {id} is out of vocabulary (size {vocab_size})."),
+                ));
+            }
+        }
+        let sampling = pb::SamplingParams {
+            n: Some(n as u32),
+            temperature,
+            top_p,
+            top_k: self.top_k.map(|k| k as i32),
+            min_p,
+            presence_penalty,
+            frequency_penalty,
+            repetition_penalty: self.repetition_penalty.map(|x| x as f32),
+            seed: self.seed,
+            max_tokens: None,
+            min_tokens: self.min_tokens.map(|m| m as u32),
+            stop_token_ids: self.stop_token_ids.clone().unwrap_or_default(),
+            ignore_eos: self.ignore_eos,
+            logprobs: logprobs.map(|l| l as u32),
+            prompt_logprobs: prompt_logprobs.map(|l| l as u32),
+            logit_bias,
+        };
+        Ok(GenParams {
+            sampling,
+            n: n as u32,
+            max_tokens,
+            stop: stop_list(&self.stop)?,
+            include_stop: self.include_stop_str_in_output.unwrap_or(false),
+            decode: DecodeOpts {
+                skip_special_tokens: self.skip_special_tokens.unwrap_or(true),
+                spaces_between_special_tokens: self.spaces_between_special_tokens.unwrap_or(true),
+            },
+            logprobs: logprobs.map(|l| l as u32),
+        })
+    }
+}
+
+/// Checks prompt + completion against the context window; returns the max_tokens to send.
+pub fn fit_max_tokens(
+    prompt_len: usize,
+    max_tokens: Option<u32>,
+    max_model_len: u32,
+) -> Result<u32, ApiError> {
+    let limit = max_model_len as usize;
+    match max_tokens {
+        Some(m) if prompt_len + m as usize > limit => Err(ApiError::bad(format!(
+            "This model's maximum context length is {limit} tokens. However, you requested {} tokens \
+             ({prompt_len} in the messages, {m} in the completion). Please reduce the length of the \
+             messages or completion.",
+            prompt_len + m as usize
+        ))),
+        Some(m) => Ok(m),
+        None if prompt_len >= limit => Err(ApiError::bad(format!(
+            "This model's maximum context length is {limit} tokens. However, you requested \
+             {prompt_len} tokens in the messages, Please reduce the length of the messages."
+        ))),
+        None => Ok((limit - prompt_len) as u32),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(j: Json) -> SamplingRequest {
+        serde_json::from_value(j).unwrap()
+    }
+
+    #[test]
+    fn ranges() {
+        let e = req(serde_json::json!({"temperature": 3.0}))
+            .validate(None, 100)
+            .unwrap_err();
+        assert_eq!(e.to_string(), "temperature must be in [0, 2], got 3.");
+        assert!(req(serde_json::json!({"top_p": 0.0}))
+            .validate(None, 100)
+            .is_err());
+        assert!(req(serde_json::json!({"n": 0}))
+            .validate(None, 100)
+            .is_err());
+        assert!(req(serde_json::json!({"max_tokens": 0}))
+            .validate(None, 100)
+            .is_err());
+        assert!(req(serde_json::json!({})).validate(Some(21), 100).is_err());
+        assert!(req(serde_json::json!({"logit_bias": {"100": 1.0}}))
+            .validate(None, 100)
+            .is_err());
+        let p = req(serde_json::json!({"stop": "x", "temperature": 0, "max_tokens": 5, "seed": 1}))
+            .validate(Some(2), 100)
+            .unwrap();
+        assert_eq!(p.stop, vec!["x"]);
+        assert_eq!(p.sampling.temperature, Some(0.0));
+        assert_eq!(p.max_tokens, Some(5));
+        assert_eq!(p.logprobs, Some(2));
+    }
+
+    #[test]
+    fn context_window() {
+        assert_eq!(fit_max_tokens(10, None, 100).unwrap(), 90);
+        let e = fit_max_tokens(10, Some(95), 100).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "This model's maximum context length is 100 tokens. However, you requested 105 tokens (10 in the messages, 95 in the completion). Please reduce the length of the messages or completion."
+        );
+        assert!(fit_max_tokens(100, None, 100).is_err());
+    }
+}
