@@ -11,7 +11,7 @@
 //!   "max_request_body_bytes": 33554432,       // larger bodies get 413
 //!   "chat_template": "/path/template.jinja",  // overrides the model's template
 //!   "tokenizer_path": "/path/tokenizer.json", // default: ModelInfo.tokenizer_path
-//!   "max_log_len": 0,                         // prompt chars logged per request (0: none)
+//!   "max_log_len": 0,                         // prompt token ids logged per request (0: none)
 //!   "engine_connect_timeout_s": 60,           // how long to retry GetModelInfo at start-up
 //!   "disable_log_requests": false
 //! }

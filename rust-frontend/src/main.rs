@@ -2,6 +2,8 @@
 mod auth;
 mod cli;
 mod config;
+#[cfg(test)]
+mod e2e_tests;
 mod engine_client;
 mod errors;
 mod metrics;
@@ -30,6 +32,7 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -126,7 +126,7 @@ pub async fn handle(
             ));
         }
         let max_tokens = fit_max_tokens(ids.len(), params.max_tokens, state.max_model_len)?;
-        echoes.push(text);
+        echoes.push(if echo { text } else { String::new() });
         gens.push(GenRequest {
             request_id: format!("{id}-{i}"),
             prompt_ids: ids,

@@ -193,6 +193,18 @@ pub async fn generate(
         state: state.clone(),
         start,
     };
+    if !state.config.disable_log_requests {
+        // Prompts are logged only as far as max_log_len allows (default: not at all).
+        let shown = state.config.max_log_len.min(req.prompt_ids.len());
+        tracing::info!(
+            request_id = %req.request_id,
+            prompt_tokens = req.prompt_ids.len(),
+            max_tokens = req.max_tokens,
+            n = req.params.n,
+            prompt_ids = ?&req.prompt_ids[..shown],
+            "generate"
+        );
+    }
     let mut sampling = req.params.sampling.clone();
     sampling.max_tokens = Some(req.max_tokens);
     let grpc_req = pb::GenerateRequest {
