@@ -1,0 +1,1 @@
+"""Benchmarks: offline throughput against transformers, and serving (latency and load)."""

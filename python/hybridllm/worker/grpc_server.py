@@ -1,0 +1,195 @@
+"""The engine worker: serves the proto contract around AsyncLLMEngine over grpc.aio."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from collections.abc import AsyncIterator
+
+import grpc
+
+from hybridllm.engine.async_llm_engine import AsyncLLMEngine, EngineDeadError
+from hybridllm.outputs import RequestOutput
+from hybridllm.proto import engine_pb2 as pb
+from hybridllm.proto import engine_pb2_grpc as pb_grpc
+from hybridllm.sampling_params import SamplingParams
+from hybridllm.worker.proto_convert import (
+    FINISH_REASONS,
+    first_position,
+    position_logprobs,
+    sampling_params_from_proto,
+)
+
+logger = logging.getLogger("hybridllm.worker")
+
+# Long prompts (128k+ token ids) and their logprobs must fit in one message.
+MAX_MESSAGE_BYTES = 512 << 20
+GRPC_OPTIONS = [
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+]
+
+
+class EngineServicer(pb_grpc.EngineServicer):
+    def __init__(self, engine: AsyncLLMEngine, served_model_name: str) -> None:
+        self.engine = engine
+        self.served_model_name = served_model_name
+
+    async def Generate(  # noqa: N802 - gRPC method names are the proto's
+        self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.GenerateResponse]:
+        rid = request.request_id
+        try:
+            params = sampling_params_from_proto(request.sampling_params)
+            ids = list(request.prompt_token_ids)
+            self.engine.engine.validate_prompt(ids)
+        except ValueError as e:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        sent = [0] * params.n
+        first = True
+        try:
+            async for out in self.engine.generate(ids, params, rid):
+                yield self._response(out, sent, first, params)
+                first = False
+        except ValueError as e:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        except EngineDeadError as e:
+            yield pb.GenerateResponse(
+                request_id=rid,
+                error=str(e),
+                sequences=[
+                    pb.SequenceDelta(index=i, finish_reason=pb.FINISH_REASON_ERROR)
+                    for i in range(params.n)
+                ],
+            )
+
+    def _response(
+        self, out: RequestOutput, sent: list[int], first: bool, params: SamplingParams
+    ) -> pb.GenerateResponse:
+        resp = pb.GenerateResponse(request_id=out.request_id)
+        if first:
+            prompt = pb.PromptInfo(
+                prompt_tokens=len(out.prompt_token_ids), cached_tokens=out.num_cached_tokens
+            )
+            if out.prompt_logprobs is not None:
+                prompt.prompt_logprobs.append(first_position())
+                k = params.prompt_logprobs or 0
+                for pos, entry in enumerate(out.prompt_logprobs[1:], start=1):
+                    prompt.prompt_logprobs.append(
+                        position_logprobs(entry, out.prompt_token_ids[pos], k)
+                    )
+            resp.prompt.CopyFrom(prompt)
+        for o in out.outputs:
+            new = o.token_ids[sent[o.index] :]
+            if not new and o.finish_reason is None:
+                continue
+            delta = pb.SequenceDelta(
+                index=o.index, token_ids=new, finish_reason=FINISH_REASONS[o.finish_reason]
+            )
+            if o.logprobs is not None:
+                for j, token in enumerate(new):
+                    entry = o.logprobs[sent[o.index] + j]
+                    delta.logprobs.append(position_logprobs(entry, token, params.logprobs or 0))
+                delta.cumulative_logprob = o.cumulative_logprob or 0.0
+            if o.finish_reason == "stop" and isinstance(o.stop_reason, int):
+                delta.stop_token_id = o.stop_reason
+            elif o.finish_reason == "stop" and o.stop_reason is None and o.token_ids:
+                delta.stop_token_id = o.token_ids[-1]  # the EOS token
+            sent[o.index] = len(o.token_ids)
+            resp.sequences.append(delta)
+        return resp
+
+    async def Abort(  # noqa: N802
+        self, request: pb.AbortRequest, context: grpc.aio.ServicerContext
+    ) -> pb.AbortResponse:
+        for rid in request.request_ids:
+            self.engine.abort(rid)
+        return pb.AbortResponse()
+
+    async def Health(  # noqa: N802
+        self, request: pb.HealthRequest, context: grpc.aio.ServicerContext
+    ) -> pb.HealthResponse:
+        ok = self.engine.error is None and not self.engine.dead.is_set()
+        status = pb.HealthResponse.SERVING if ok else pb.HealthResponse.NOT_SERVING
+        return pb.HealthResponse(status=status)
+
+    async def GetModelInfo(  # noqa: N802
+        self, request: pb.ModelInfoRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ModelInfo:
+        engine = self.engine.engine
+        cfg, info = engine.config, engine.tokenizer_info
+        tok_path = cfg.model_path / "tokenizer.json"
+        msg = pb.ModelInfo(
+            served_model_name=self.served_model_name,
+            model_path=str(cfg.model_path),
+            max_model_len=cfg.max_model_len,
+            vocab_size=cfg.model.vocab_size,
+            eos_token_ids=list(cfg.model.eos_token_ids),
+            tokenizer_path=str(tok_path),
+            chat_template=info.chat_template or "",
+            kind=pb.ModelInfo.GENERATE,
+            bos_token=info.bos_token or "",
+            eos_token=info.eos_token or "",
+        )
+        if cfg.model.bos_token_id is not None:
+            msg.bos_token_id = cfg.model.bos_token_id
+        return msg
+
+    async def GetLoad(  # noqa: N802
+        self, request: pb.LoadRequest, context: grpc.aio.ServicerContext
+    ) -> pb.LoadResponse:
+        engine = self.engine.engine
+        sched, kv, stats = engine.scheduler, engine.kv, engine.stats
+        return pb.LoadResponse(
+            num_running=len(sched.running),
+            num_waiting=len(sched.waiting),
+            kv_cache_usage=kv.usage,
+            prompt_tokens_total=stats.prompt_tokens_total,
+            generation_tokens_total=stats.generation_tokens_total,
+            prefix_cache_queries_total=kv.prefix_queries,
+            prefix_cache_hits_total=kv.prefix_hits,
+            num_preemptions_total=sched.num_preemptions,
+            num_free_blocks=kv.num_free_blocks,
+            num_total_blocks=kv.num_blocks,
+            requests_finished_total=stats.requests_finished_total,
+        )
+
+
+def _bind_address(address: str) -> str:
+    if address.startswith("unix://"):
+        path = address[len("unix://") :]
+        if os.path.exists(path):
+            os.unlink(path)  # a stale socket from a previous run
+    return address
+
+
+async def serve(engine: AsyncLLMEngine, address: str, served_model_name: str,
+                shutdown_timeout: float) -> int:
+    """Serve until SIGTERM/SIGINT (exit 0) or until the engine loop dies (exit 1)."""
+    server = grpc.aio.server(options=GRPC_OPTIONS)
+    pb_grpc.add_EngineServicer_to_server(EngineServicer(engine, served_model_name), server)
+    server.add_insecure_port(_bind_address(address))
+    await server.start()
+    engine.start()
+    logger.info("engine worker serving on %s", address)
+    print(f"hybridllm worker: serving on {address}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    stopper = asyncio.create_task(stop.wait())
+    dead = asyncio.create_task(engine.dead.wait())
+    await asyncio.wait([stopper, dead], return_when=asyncio.FIRST_COMPLETED)
+    if engine.dead.is_set():
+        logger.error("engine loop died: %r; exiting", engine.error)
+        print(f"hybridllm worker: engine loop died: {engine.error!r}", flush=True)
+        await asyncio.sleep(0.5)  # let the failed streams flush their error messages
+        await server.stop(grace=1.0)
+        await engine.shutdown()
+        return 1
+    # Graceful: stop accepting, let in-flight requests finish, then abort the rest.
+    await server.stop(grace=shutdown_timeout)
+    await engine.shutdown()
+    return 0

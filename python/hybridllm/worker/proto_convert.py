@@ -1,0 +1,65 @@
+"""Between protobuf messages and the engine's own types."""
+
+from __future__ import annotations
+
+import math
+
+from hybridllm.outputs import LogprobsDict
+from hybridllm.proto import engine_pb2 as pb
+from hybridllm.sampling_params import SamplingParams
+
+_OPTIONAL_FIELDS = (
+    "n", "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
+    "repetition_penalty", "seed", "max_tokens", "min_tokens", "ignore_eos", "logprobs",
+    "prompt_logprobs",
+)
+
+FINISH_REASONS = {
+    None: pb.FINISH_REASON_UNSPECIFIED,
+    "length": pb.FINISH_REASON_LENGTH,
+    "stop": pb.FINISH_REASON_STOP,
+    "abort": pb.FINISH_REASON_ABORT,
+    "error": pb.FINISH_REASON_ERROR,
+}
+
+
+def sampling_params_from_proto(msg: pb.SamplingParams) -> SamplingParams:
+    """Only fields the client set are passed on: unset means the engine default."""
+    kwargs: dict[str, object] = {f: getattr(msg, f) for f in _OPTIONAL_FIELDS if msg.HasField(f)}
+    if "max_tokens" not in kwargs:
+        kwargs["max_tokens"] = None  # whatever fits in max_model_len
+    kwargs["stop_token_ids"] = list(msg.stop_token_ids)
+    if msg.logit_bias:
+        kwargs["logit_bias"] = dict(msg.logit_bias)
+    return SamplingParams(**kwargs)  # type: ignore[arg-type]
+
+
+def sampling_params_to_proto(params: SamplingParams) -> pb.SamplingParams:
+    """For clients written in Python (tests, the Python frontend's gRPC mode)."""
+    msg = pb.SamplingParams()
+    for f in _OPTIONAL_FIELDS:
+        value = getattr(params, f)
+        if value is not None:
+            setattr(msg, f, value)
+    msg.stop_token_ids.extend(params.stop_token_ids)
+    for token, bias in (params.logit_bias or {}).items():
+        msg.logit_bias[token] = bias
+    return msg
+
+
+def position_logprobs(entry: LogprobsDict, token: int, num_top: int) -> pb.PositionLogprobs:
+    """The chosen token, and the num_top best (the chosen one may or may not be among them)."""
+    chosen = entry[token]
+    top = sorted(entry.items(), key=lambda item: item[1].rank)[:num_top]
+    msg = pb.PositionLogprobs(
+        token=pb.TokenLogprob(token_id=token, logprob=chosen.logprob, rank=chosen.rank)
+    )
+    msg.top.extend(
+        pb.TokenLogprob(token_id=t, logprob=lp.logprob, rank=lp.rank) for t, lp in top
+    )
+    return msg
+
+
+def first_position() -> pb.PositionLogprobs:
+    """The first prompt token has nothing before it to be predicted from."""
+    return pb.PositionLogprobs(token=pb.TokenLogprob(logprob=math.nan))
