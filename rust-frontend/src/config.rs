@@ -13,7 +13,8 @@
 //!   "tokenizer_path": "/path/tokenizer.json", // default: ModelInfo.tokenizer_path
 //!   "max_log_len": 0,                         // prompt token ids logged per request (0: none)
 //!   "engine_connect_timeout_s": 60,           // how long to retry GetModelInfo at start-up
-//!   "disable_log_requests": false
+//!   "disable_log_requests": false,
+//!   "shutdown_timeout_s": 30                  // drain time for in-flight requests on SIGTERM
 //! }
 //! ```
 //! Unknown keys are rejected so that a typo in the launcher fails loudly at start-up.
@@ -36,6 +37,7 @@ pub struct ServeConfig {
     pub max_log_len: usize,
     pub engine_connect_timeout_s: f64,
     pub disable_log_requests: bool,
+    pub shutdown_timeout_s: f64,
 }
 
 impl Default for ServeConfig {
@@ -54,6 +56,7 @@ impl Default for ServeConfig {
             max_log_len: 0,
             engine_connect_timeout_s: 60.0,
             disable_log_requests: false,
+            shutdown_timeout_s: 30.0,
         }
     }
 }

@@ -171,9 +171,24 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let state = build_state(&args).await?;
     let listener = tokio::net::TcpListener::from_std(std_listener)?;
     tracing::info!("listening on {}", listener.local_addr()?);
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown_signal())
-        .await?;
+    let grace = Duration::from_secs_f64(state.config.shutdown_timeout_s.max(0.0));
+    let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = axum::serve(listener, router(state)).with_graceful_shutdown(async move {
+        shutdown_signal().await;
+        tracing::info!("shutting down: no new connections, draining in-flight requests");
+        let _ = signalled_tx.send(());
+    });
+    // Long streams must not hold the process forever: drain for at most `grace`.
+    tokio::select! {
+        r = server => r?,
+        _ = async {
+            if signalled_rx.await.is_ok() {
+                tokio::time::sleep(grace).await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        } => tracing::warn!("in-flight requests still running after {grace:?}; exiting"),
+    }
     tracing::info!("shut down");
     Ok(())
 }

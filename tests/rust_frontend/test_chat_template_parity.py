@@ -155,3 +155,42 @@ def test_template_parity(name, run_text, hf_tok):
             assert got.get("prompt") == want["prompt"], f"{label}: {got.get('error')}"
             rendered += 1
     assert rendered > 0, f"{name}: no conversation rendered at all"
+
+
+# Constructs that differ between Jinja2 and minijinja unless handled explicitly.
+EXTRA_TEMPLATES = {
+    "generation_tags": "{% for m in messages %}{%- generation -%} [{{ m.content }}] "
+    "{%- endgeneration %}\n{% endfor %}",
+    "python_values": "{{ messages[0] }}|{{ messages[0].x }}|{{ tools|string }}|{{ none }}|{{ true }}"
+    "|{{ 1.0 }}|{{ 1e20 }}|{{ messages|length }}",
+    "tojson_options": "{{ messages|tojson }}{{ messages|tojson(indent=2) }}"
+    "{{ messages[0]|tojson(sort_keys=true) }}{{ 'é\"<'|tojson }}{{ 3.5|tojson }}",
+    "string_methods": "{% for m in messages %}{{ m.content.strip().upper() }}{{ m.role.startswith('u') }}"
+    "{% for k, v in m.items() %}{{ k }}={{ v }};{% endfor %}{% endfor %}",
+    "loop_controls": "{% for m in messages %}{% if loop.index > 2 %}{% break %}{% endif %}"
+    "{% if m.role == 'system' %}{% continue %}{% endif %}{{ loop.index0 }}:{{ m.content }}\n"
+    "{% endfor %}",
+    "namespace_and_filters": "{% set ns = namespace(n=0) %}{% for m in messages %}"
+    "{% set ns.n = ns.n + 1 %}{% endfor %}{{ ns.n }}"
+    "{{ messages|selectattr('role', 'equalto', 'user')|map(attribute='content')|join(', ') }}"
+    "{{ (messages|last).content|trim }}",
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXTRA_TEMPLATES))
+def test_semantics_parity(name, run_text, hf_tok, tmp_path):
+    text = EXTRA_TEMPLATES[name]
+    path = tmp_path / f"{name}.jinja"
+    path.write_text(text)
+    case = {
+        "messages": CONVERSATIONS["multi_turn"],
+        "add_generation_prompt": False,
+        "continue_final_message": False,
+        "bos_token": hf_tok.bos_token,
+        "eos_token": hf_tok.eos_token,
+        "tools": TOOLS,
+    }
+    rc, out, err = run_text(["render-chat", "--template", str(path)], [case])
+    assert rc == 0, err
+    want = _hf_render(hf_tok, text, case)
+    assert out[0] == want

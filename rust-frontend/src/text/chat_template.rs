@@ -133,6 +133,7 @@ impl ChatTemplate {
         // stored with CRLF must render the same bytes as Jinja2, which keeps '\r' verbatim.
         // Jinja2 normalises every newline sequence to "\n"; CRLF-stored templates render alike.
         let source = source.replace("\r\n", "\n").replace('\r', "\n");
+        let source = rewrite_generation_tags(&source);
         let mentions_content = source.contains("content");
         env.add_template_owned(NAME, source)
             .map_err(|e| format!("invalid chat template: {}", describe(&e)))?;
@@ -190,6 +191,40 @@ impl ChatTemplate {
             None => Ok(rendered),
         }
     }
+}
+
+/// transformers' `{% generation %}…{% endgeneration %}` (its AssistantTracker extension) only
+/// marks assistant spans and renders its body unchanged; minijinja has no such tag, so it
+/// becomes `{% if true %}…{% endif %}`, keeping the tags' whitespace-control markers.
+fn rewrite_generation_tags(src: &str) -> String {
+    let mut out = String::with_capacity(src.len());
+    let mut rest = src;
+    while let Some(pos) = rest.find("{%") {
+        out.push_str(&rest[..pos]);
+        let tag = &rest[pos..];
+        let Some(end) = tag.find("%}") else { break };
+        let inner = &tag[2..end];
+        let (lead, body) = match inner.chars().next() {
+            Some(c @ ('-' | '+')) => (c.to_string(), &inner[1..]),
+            _ => (String::new(), inner),
+        };
+        let (body, trail) = match body.chars().last() {
+            Some(c @ ('-' | '+')) => (&body[..body.len() - 1], c.to_string()),
+            _ => (body, String::new()),
+        };
+        let replacement = match body.trim() {
+            "generation" => Some("if true"),
+            "endgeneration" => Some("endif"),
+            _ => None,
+        };
+        match replacement {
+            Some(r) => out.push_str(&format!("{{%{lead} {r} {trail}%}}")),
+            None => out.push_str(&tag[..end + 2]),
+        }
+        rest = &tag[end + 2..];
+    }
+    out.push_str(rest);
+    out
 }
 
 const REASONING_FIELDS: [&str; 3] = ["reasoning_content", "thinking", "reasoning"];
@@ -338,6 +373,16 @@ mod tests {
         );
         i.continue_final_message = true;
         assert_eq!(t.render(&i).unwrap(), "<user>q</s>\n<assistant>The answer ");
+    }
+
+    #[test]
+    fn generation_tags_are_transparent() {
+        let t = ChatTemplate::compile(
+            "{% for m in messages %}{%- generation -%} [{{ m.content }}] {%- endgeneration %}\n{% endfor %}",
+        )
+        .unwrap();
+        let i = input(json!([{"role": "assistant", "content": "x"}]));
+        assert_eq!(t.render(&i).unwrap(), "[x]"); // same as transformers
     }
 
     #[test]
