@@ -338,6 +338,16 @@ async fn length_default_max_tokens_and_errors() {
     .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert!(text.contains("The model `nope` does not exist."));
+    let (status, text) = post(
+        &h.app,
+        "/v1/completions",
+        json!({"prompt": "x", "max_tokens": "a"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["error"]["param"], "max_tokens");
+    assert_eq!(v["error"]["type"], "BadRequestError");
     let (status, _) = post(&h.app, "/v1/chat/completions", json!({"messages": "x"})).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     let req = Request::post("/v1/completions")

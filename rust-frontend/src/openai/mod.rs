@@ -59,13 +59,35 @@ impl<T: DeserializeOwned> FromRequest<Arc<AppState>> for JsonBody<T> {
         let bytes = axum::body::to_bytes(req.into_body(), limit)
             .await
             .map_err(|_| ApiError::PayloadTooLarge(limit))?;
-        serde_json::from_slice(&bytes).map(JsonBody).map_err(|e| {
-            let kind = if e.is_syntax() || e.is_eof() {
-                "Invalid JSON body"
-            } else {
-                "Invalid request"
-            };
-            ApiError::bad(format!("{kind}: {e}"))
+        let value: serde_json::Value = serde_json::from_slice(&bytes)
+            .map_err(|e| ApiError::bad(format!("Invalid JSON body: {e}")))?;
+        // The path names the offending field (e.g. `max_tokens: invalid type: string "a", ...`).
+        let err = match serde_path_to_error::deserialize(&value) {
+            Ok(v) => return Ok(JsonBody(v)),
+            Err(e) => e,
+        };
+        // `#[serde(flatten)]` hides the field of errors in flattened groups; parsing those
+        // groups alone recovers it.
+        let (path, inner) = match err.path().to_string().as_str() {
+            "." | "" => {
+                flattened_error(&value).unwrap_or(("".into(), err.into_inner().to_string()))
+            }
+            p => (p.to_string(), err.into_inner().to_string()),
+        };
+        Err(match path.as_str() {
+            "" => ApiError::bad(format!("Invalid request: {inner}")),
+            p => ApiError::bad_param(p, format!("Invalid request: {p}: {inner}")),
         })
     }
+}
+
+fn flattened_error(value: &serde_json::Value) -> Option<(String, String)> {
+    fn try_as<T: DeserializeOwned>(v: &serde_json::Value) -> Option<(String, String)> {
+        serde_path_to_error::deserialize::<_, T>(v)
+            .err()
+            .map(|e| (e.path().to_string(), e.into_inner().to_string()))
+    }
+    try_as::<crate::validation::SamplingRequest>(value)
+        .or_else(|| try_as::<chat::TemplateArgs>(value))
+        .filter(|(p, _)| p != "." && !p.is_empty())
 }
