@@ -53,3 +53,17 @@ def test_incremental_detokenization(run_text, model_dir, py_tok, keep_special):
         assert "".join(res["deltas"]) + res["tail"] == want
         assert res["tail"] == ""
         assert res["full"] == want
+
+
+def test_sequence_cut_mid_character_never_emits_replacement_char(run_text, model_dir, py_tok):
+    # A generation can stop (max_tokens) between the byte-level tokens of one character.
+    full = py_tok.encode("猫😀🇫🇷", add_special_tokens=False).ids
+    cuts = [full[:i] for i in range(1, len(full))]
+    cuts = [c for c in cuts if py_tok.decode(c).endswith("\ufffd")]
+    assert cuts, "expected at least one cut inside a character"
+    rc, out, err = run_text(["decode-prefixes", "--tokenizer", str(model_dir / "tokenizer.json")], cuts)
+    assert rc == 0, err
+    for ids, res in zip(cuts, out):
+        text = "".join(res["deltas"]) + res["tail"]
+        assert "\ufffd" not in text
+        assert text == py_tok.decode(ids).rstrip("\ufffd")

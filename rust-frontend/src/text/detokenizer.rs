@@ -45,7 +45,8 @@ impl IncrementalDetokenizer {
         }
     }
 
-    /// Text still held back (an incomplete character at the end of the sequence).
+    /// Text still held back when the sequence ends. A character left incomplete (the model
+    /// stopped mid-character, e.g. at max_tokens) is dropped rather than sent as U+FFFD.
     pub fn flush(&mut self, tok: &Tokenizer) -> Result<String, String> {
         let prefix = tok.decode(&self.ids[self.prefix_offset..self.read_offset], self.opts)?;
         let full = tok.decode(&self.ids[self.prefix_offset..], self.opts)?;
@@ -53,7 +54,9 @@ impl IncrementalDetokenizer {
         self.read_offset = self.ids.len();
         Ok(
             if full.len() > prefix.len() && full.is_char_boundary(prefix.len()) {
-                full[prefix.len()..].to_string()
+                full[prefix.len()..]
+                    .trim_end_matches('\u{FFFD}')
+                    .to_string()
             } else {
                 String::new()
             },
