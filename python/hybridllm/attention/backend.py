@@ -34,7 +34,12 @@ class AttentionBackend(Protocol):
         value_cache: torch.Tensor,
         meta: AttentionMetadata,
         scale: float,
-    ) -> torch.Tensor: ...
+        key: torch.Tensor | None = None,
+        value: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """key / value: this step's new keys and values (already written to the cache),
+        which a backend may read directly where a sequence has no cached prefix."""
+        ...
 
 
 def get_attention_backend(device: torch.device, name: str | None = None) -> AttentionBackend:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -25,6 +26,8 @@ class AttentionMetadata:
     # Host copies, so backends can plan without a device sync.
     query_lens_host: list[int]
     seq_lens_host: list[int]
+    # Per-step work a backend derives once and reuses in every layer (index plans, masks).
+    backend_state: dict[str, Any] = field(default_factory=dict)
 
     @property
     def num_seqs(self) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
@@ -23,9 +25,7 @@ def write_kv_reference(
     value_cache.view(-1, num_kv_heads, head_dim).index_copy_(0, slot_mapping, value)
 
 
-def gather_kv(
-    cache: torch.Tensor, block_tables: torch.Tensor, num_keys: int
-) -> torch.Tensor:
+def gather_kv(cache: torch.Tensor, block_tables: torch.Tensor, num_keys: int) -> torch.Tensor:
     """[B, max_blocks] block tables -> [B, num_keys, num_kv_heads, head_dim] contiguous keys."""
     block_size = cache.shape[1]
     num_blocks = (num_keys + block_size - 1) // block_size
@@ -34,65 +34,58 @@ def gather_kv(
     return gathered.reshape(b, nb * bs, h, d)[:, :num_keys]
 
 
-def paged_attention_reference(
-    query: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
+@dataclass
+class _DecodePlan:
+    """What every layer's decode attention needs; built once per step, not once per layer."""
+
+    q_rows: torch.Tensor  # [b] flat query row of each single-token sequence
+    blocks: torch.Tensor  # [b * nb] physical blocks to gather, nb = blocks of the longest
+    num_blocks: int
+    mask: torch.Tensor  # [b, 1, 1, nb * block_size] key position < seq_len
+
+
+def _split_batch(
     meta: AttentionMetadata,
-    scale: float,
-) -> torch.Tensor:
-    """Causal attention of each sequence's query rows over its cached keys (GQA by grouping)."""
-    out = torch.empty_like(query)
-    decode_rows, prefill = [], []
+) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int, int]]]:
+    decode, prefill = [], []
     start = 0
     for i, (q_len, k_len) in enumerate(zip(meta.query_lens_host, meta.seq_lens_host)):
         if q_len == 1:
-            decode_rows.append((i, start, k_len))
+            decode.append((i, start, k_len))
         elif q_len > 0:
             prefill.append((i, start, q_len, k_len))
         start += q_len
-    if decode_rows:
-        _decode_batched(query, key_cache, value_cache, meta, scale, decode_rows, out)
-    for i, start, q_len, k_len in prefill:
-        q = query[start : start + q_len].transpose(0, 1)  # [H, q, D]
-        k = gather_kv(key_cache, meta.block_tables[i : i + 1], k_len)[0].transpose(0, 1)
-        v = gather_kv(value_cache, meta.block_tables[i : i + 1], k_len)[0].transpose(0, 1)
-        # Query row j sits at key position k_len - q_len + j and sees keys up to it.
-        mask = torch.ones(q_len, k_len, dtype=torch.bool, device=q.device).tril(k_len - q_len)
-        o = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, scale=scale, enable_gqa=True
-        )
-        out[start : start + q_len] = o.transpose(0, 1)
-    return out
+    return decode, prefill
 
 
-def _decode_batched(
-    query: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    meta: AttentionMetadata,
-    scale: float,
-    rows: list[tuple[int, int, int]],
-    out: torch.Tensor,
-) -> None:
-    """All single-token queries at once, keys padded to the longest and masked."""
-    seq_idx = torch.tensor([r[0] for r in rows], device=query.device)
-    q_idx = torch.tensor([r[1] for r in rows], device=query.device)
-    lens = torch.tensor([r[2] for r in rows], device=query.device)
+def _decode_plan(
+    meta: AttentionMetadata, rows: list[tuple[int, int, int]], block_size: int, device: torch.device
+) -> _DecodePlan:
     max_len = max(r[2] for r in rows)
-    tables = meta.block_tables.index_select(0, seq_idx)
-    k = gather_kv(key_cache, tables, max_len).transpose(1, 2)  # [b, Hkv, L, D]
-    v = gather_kv(value_cache, tables, max_len).transpose(1, 2)
-    q = query.index_select(0, q_idx).unsqueeze(2)  # [b, H, 1, D]
-    mask = torch.arange(max_len, device=query.device)[None, :] < lens[:, None]
-    o = F.scaled_dot_product_attention(
-        q, k, v, attn_mask=mask[:, None, None, :], scale=scale, enable_gqa=True
+    nb = -(-max_len // block_size)
+    seq_idx = torch.tensor([r[0] for r in rows], device=device)
+    lens = torch.tensor([r[2] for r in rows], device=device)
+    blocks = meta.block_tables.index_select(0, seq_idx)[:, :nb].reshape(-1).long()
+    mask = torch.arange(nb * block_size, device=device)[None, :] < lens[:, None]
+    return _DecodePlan(
+        q_rows=torch.tensor([r[1] for r in rows], device=device),
+        blocks=blocks,
+        num_blocks=nb,
+        mask=mask[:, None, None, :],
     )
-    out.index_copy_(0, q_idx, o.squeeze(2))
 
 
 class TorchAttentionBackend:
+    """Decode rows batched over keys gathered into reused buffers; prefill rows one by one.
+
+    The gather goes into buffers kept across layers and steps: on CPU a fresh multi-megabyte
+    tensor per layer costs more in page faults than the copy itself.
+    """
+
     name = "torch"
+
+    def __init__(self) -> None:
+        self._buffers: dict[str, torch.Tensor] = {}
 
     def write_kv(
         self,
@@ -111,5 +104,88 @@ class TorchAttentionBackend:
         value_cache: torch.Tensor,
         meta: AttentionMetadata,
         scale: float,
+        key: torch.Tensor | None = None,
+        value: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        return paged_attention_reference(query, key_cache, value_cache, meta, scale)
+        out = torch.empty_like(query)
+        decode, prefill = _split_batch(meta)
+        if decode:
+            plan = self._plan_for(meta, decode, key_cache)
+            k = self._gather("k", key_cache, plan)
+            v = self._gather("v", value_cache, plan)
+            q = query.index_select(0, plan.q_rows).unsqueeze(2)  # [b, H, 1, D]
+            o = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=plan.mask, scale=scale, enable_gqa=True
+            )
+            out.index_copy_(0, plan.q_rows, o.squeeze(2))
+        for i, start, q_len, k_len in prefill:
+            rows = slice(start, start + q_len)
+            if key is not None and value is not None and q_len == k_len:
+                # A whole prompt at once: its keys are exactly this step's, no gather or mask.
+                o = F.scaled_dot_product_attention(
+                    query[rows].transpose(0, 1),
+                    key[rows].transpose(0, 1),
+                    value[rows].transpose(0, 1),
+                    is_causal=True,
+                    scale=scale,
+                    enable_gqa=True,
+                )
+                out[rows] = o.transpose(0, 1)
+            else:
+                out[rows] = _prefill_one(query[rows], key_cache, value_cache, meta, i, k_len, scale)
+        return out
+
+    def _plan_for(
+        self, meta: AttentionMetadata, rows: list[tuple[int, int, int]], cache: torch.Tensor
+    ) -> _DecodePlan:
+        plan = meta.backend_state.get("torch_decode_plan")
+        if plan is None:
+            plan = _decode_plan(meta, rows, cache.shape[1], cache.device)
+            meta.backend_state["torch_decode_plan"] = plan
+        return plan
+
+    def _gather(self, name: str, cache: torch.Tensor, plan: _DecodePlan) -> torch.Tensor:
+        """[b, Hkv, L, D] keys (a strided view over a reused buffer)."""
+        num_blocks, block_size, heads, dim = cache.shape
+        n = plan.blocks.numel()
+        buf = self._buffers.get(name)
+        if buf is None or buf.numel() < n * block_size * heads * dim or buf.dtype != cache.dtype:
+            buf = torch.empty(
+                n * block_size * heads * dim * 2, dtype=cache.dtype, device=cache.device
+            )
+            self._buffers[name] = buf
+        flat = buf[: n * block_size * heads * dim].view(n, block_size * heads * dim)
+        torch.index_select(cache.view(num_blocks, -1), 0, plan.blocks, out=flat)
+        b = n // plan.num_blocks
+        return flat.view(b, plan.num_blocks * block_size, heads, dim).transpose(1, 2)
+
+
+def _prefill_one(
+    q: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    meta: AttentionMetadata,
+    i: int,
+    k_len: int,
+    scale: float,
+) -> torch.Tensor:
+    """Causal attention of one sequence's query rows (the last q_len of its k_len keys)."""
+    q_len = q.shape[0]
+    k = gather_kv(key_cache, meta.block_tables[i : i + 1], k_len)[0].transpose(0, 1)
+    v = gather_kv(value_cache, meta.block_tables[i : i + 1], k_len)[0].transpose(0, 1)
+    mask = torch.ones(q_len, k_len, dtype=torch.bool, device=q.device).tril(k_len - q_len)
+    o = F.scaled_dot_product_attention(
+        q.transpose(0, 1), k, v, attn_mask=mask, scale=scale, enable_gqa=True
+    )
+    return o.transpose(0, 1)
+
+
+def paged_attention_reference(
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    meta: AttentionMetadata,
+    scale: float,
+) -> torch.Tensor:
+    """Causal attention of each sequence's query rows over its cached keys (GQA by grouping)."""
+    return TorchAttentionBackend().forward(query, key_cache, value_cache, meta, scale)

@@ -31,5 +31,7 @@ class TritonAttentionBackend:
         value_cache: torch.Tensor,
         meta: AttentionMetadata,
         scale: float,
+        key: torch.Tensor | None = None,
+        value: torch.Tensor | None = None,
     ) -> torch.Tensor:
         return paged_attention(query, key_cache, value_cache, meta, scale)

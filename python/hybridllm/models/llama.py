@@ -45,7 +45,7 @@ class LlamaAttention(nn.Module):
         v = v.view(-1, self.num_kv_heads, self.head_dim)
         key_cache, value_cache = kv_cache[0], kv_cache[1]
         backend.write_kv(k, v, key_cache, value_cache, meta.slot_mapping)
-        out = backend.forward(q, key_cache, value_cache, meta, self.scale)
+        out = backend.forward(q, key_cache, value_cache, meta, self.scale, key=k, value=v)
         return self.o_proj(out.reshape(-1, self.q_size))
 
 
@@ -96,12 +96,11 @@ class LlamaForCausalLM(nn.Module):
         self.layers = nn.ModuleList(LlamaDecoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
         self.norm = nn.Parameter(torch.ones(cfg.hidden_size))
         self.lm_head = (
-            None if cfg.tie_word_embeddings
+            None
+            if cfg.tie_word_embeddings
             else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         )
-        cos_sin = layers.rope_cos_sin(
-            cfg.head_dim, max_positions, cfg.rope_theta, cfg.rope_scaling
-        )
+        cos_sin = layers.rope_cos_sin(cfg.head_dim, max_positions, cfg.rope_theta, cfg.rope_scaling)
         self.register_buffer("cos_sin", cos_sin, persistent=False)
 
     def forward(
