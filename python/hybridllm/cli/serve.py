@@ -1,21 +1,164 @@
-"""`hybridllm serve`: the OpenAI-compatible server (Rust frontend, or the Python fallback)."""
+"""`hybridllm serve`: the OpenAI-compatible server.
+
+With --rust-frontend (the production path): bind the port, start the engine worker, wait
+until it is SERVING, then start the Rust frontend on the bound socket and supervise both.
+Without it: the Python (FastAPI) server with the engine in-process.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+import signal
+import tempfile
+import threading
+import time
+import urllib.request
+from typing import Any
 
 from hybridllm.cli.worker import add_worker_args
 from hybridllm.config import EngineArgs
+
+
+def add_frontend_args(parser: argparse.ArgumentParser) -> None:
+    """Options both frontends share (sent to Rust as --args-json)."""
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--api-key", action="append", default=None,
+                        help="Require 'Authorization: Bearer KEY' (repeatable; also "
+                             "HYBRIDLLM_API_KEY).")
+    parser.add_argument("--allowed-origins", nargs="*", default=["*"])
+    parser.add_argument("--allowed-methods", nargs="*", default=["*"])
+    parser.add_argument("--allowed-headers", nargs="*", default=["*"])
+    parser.add_argument("--max-request-body-bytes", type=int, default=32 << 20)
+    parser.add_argument("--chat-template", default=None,
+                        help="Path of a Jinja chat template overriding the model's.")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("serve", help="Serve the OpenAI-compatible API.")
     parser.add_argument("model_tag", nargs="?", default=None,
                         help="Model folder or bundled name (default: the bundled model).")
+    parser.add_argument("--rust-frontend", action="store_true",
+                        help="Serve HTTP from the Rust frontend (production path).")
     EngineArgs.add_cli_args(parser)
     add_worker_args(parser)
-    parser.set_defaults(func=run)
+    add_frontend_args(parser)
+    parser.set_defaults(func=run, engine_address=None)
+
+
+def api_keys(args: argparse.Namespace) -> list[str]:
+    keys = list(args.api_key or [])
+    env = os.environ.get("HYBRIDLLM_API_KEY")
+    if env:
+        keys.append(env)
+    return keys
+
+
+def serve_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The serve options as the Rust frontend's --args-json takes them."""
+    options: dict[str, Any] = {
+        "api_keys": api_keys(args),
+        "allowed_origins": args.allowed_origins,
+        "allowed_methods": args.allowed_methods,
+        "allowed_headers": args.allowed_headers,
+        "max_request_body_bytes": args.max_request_body_bytes,
+        "shutdown_timeout_s": args.shutdown_timeout,
+    }
+    if args.served_model_name:
+        options["served_model_name"] = [args.served_model_name]
+    if args.chat_template:
+        options["chat_template"] = os.path.abspath(args.chat_template)
+    return options
+
+
+def check_chat_template(path: str | None) -> None:
+    """Refuse a broken --chat-template before loading anything."""
+    if path is None:
+        return
+    from hybridllm.text.chat_template import compile_template
+
+    with open(path, encoding="utf-8") as f:
+        compile_template(f.read())
 
 
 def run(args: argparse.Namespace) -> int:
-    raise SystemExit("hybridllm serve: not available yet")
+    args.model = args.model or args.model_tag
+    check_chat_template(args.chat_template)
+    if args.rust_frontend:
+        return run_rust_frontend(args)
+    from hybridllm.entrypoints.openai.api_server import run_python_server
+
+    return run_python_server(args)
+
+
+def worker_argv(args: argparse.Namespace, engine_address: str) -> list[str]:
+    import sys
+
+    argv = [sys.executable, "-m", "hybridllm.cli.main", "worker",
+            "--engine-address", engine_address, "--shutdown-timeout", str(args.shutdown_timeout)]
+    defaults = vars(EngineArgs())
+    for name, value in vars(EngineArgs.from_cli_args(args)).items():
+        if value == defaults[name] or value is None:
+            continue
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            argv.append(flag if value else "--no-" + name.replace("_", "-"))
+        else:
+            argv += [flag, str(value)]
+    return argv
+
+
+def run_rust_frontend(args: argparse.Namespace) -> int:
+    from hybridllm.entrypoints.rust_frontend import (
+        RustFrontendProcessManager,
+        bind_listen_socket,
+        spawn,
+        terminate,
+    )
+    from hybridllm.worker.grpc_client import wait_until_serving
+
+    sock = bind_listen_socket(args.host, args.port)  # the port is reserved from here on
+    engine_address = args.engine_address or "unix://" + os.path.join(
+        tempfile.mkdtemp(prefix="hybridllm-"), "engine.sock"
+    )
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    worker = spawn(worker_argv(args, engine_address))
+    frontend = RustFrontendProcessManager(sock, engine_address, serve_options(args))
+    try:
+        if not wait_until_serving(engine_address, worker, stop):
+            return 0 if stop.is_set() else _died("engine worker", worker.returncode)
+        frontend.start()
+        url = f"http://{args.host}:{args.port}"
+        if _wait_http_ready(url, frontend, stop):
+            print(f"hybridllm: serving {url} (Rust frontend)", flush=True)
+        while not stop.is_set():
+            if worker.poll() is not None:
+                return _died("engine worker", worker.returncode)
+            if frontend.poll() is not None:
+                return _died("Rust frontend", frontend.poll())
+            stop.wait(0.5)
+        return 0
+    finally:
+        frontend.stop(timeout=args.shutdown_timeout + 5)
+        terminate(worker, timeout=args.shutdown_timeout + 5)
+        sock.close()
+
+
+def _died(what: str, code: int | None) -> int:
+    print(f"hybridllm: {what} exited with status {code}; shutting down", flush=True)
+    return 1
+
+
+def _wait_http_ready(url: str, frontend: Any, stop: threading.Event) -> bool:
+    while not stop.is_set() and frontend.poll() is None:
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=2) as resp:
+                if resp.status == 200:
+                    return True
+        except OSError:
+            pass
+        time.sleep(0.1)
+    return False

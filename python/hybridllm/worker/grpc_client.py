@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import threading
+import time
 from collections.abc import AsyncIterator
 
 import grpc
@@ -56,3 +59,21 @@ class EngineGrpcClient:
 
     async def close(self) -> None:
         await self.channel.close()
+
+
+def wait_until_serving(address: str, proc: subprocess.Popen[bytes],
+                       stop: threading.Event, timeout: float = 600.0) -> bool:
+    """Block until the worker at address reports SERVING; False if it died or we were stopped."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not stop.is_set():
+        if proc.poll() is not None:
+            return False
+        with grpc.insecure_channel(address) as channel:
+            try:
+                resp = pb_grpc.EngineStub(channel).Health(pb.HealthRequest(), timeout=1.0)
+                if resp.status == pb.HealthResponse.SERVING:
+                    return True
+            except grpc.RpcError:
+                pass
+        stop.wait(0.2)
+    return False

@@ -1,0 +1,104 @@
+"""RustFrontendProcessManager: runs the Rust HTTP frontend on a socket bound by Python.
+
+Binding in Python first reserves the port before the model loads; the child inherits the
+bound socket (pass_fds) and calls listen() itself. Children get a parent-death signal, so no
+orphan outlives a killed `serve`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """preexec_fn: the kernel sends SIGTERM to the child when its parent dies."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:
+        pass
+
+
+def find_frontend_binary() -> Path:
+    override = os.environ.get("HYBRIDLLM_RUST_FRONTEND_PATH")
+    if override:
+        path = Path(override)
+        if not os.access(path, os.X_OK):
+            raise FileNotFoundError(f"HYBRIDLLM_RUST_FRONTEND_PATH={override} is not executable")
+        return path
+    beside = Path(sys.executable).parent / "hybridllm-frontend"
+    if os.access(beside, os.X_OK):
+        return beside
+    found = shutil.which("hybridllm-frontend")
+    if found:
+        return Path(found)
+    raise FileNotFoundError(
+        "hybridllm-frontend binary not found: install the package (maturin builds it) or set "
+        "HYBRIDLLM_RUST_FRONTEND_PATH"
+    )
+
+
+def bind_listen_socket(host: str, port: int) -> socket.socket:
+    """Bind (without listening) so the port is ours from now on; the child listens."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.set_inheritable(True)
+    return sock
+
+
+def spawn(argv: list[str], pass_fds: tuple[int, ...] = (),
+          env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        argv, pass_fds=pass_fds, preexec_fn=_die_with_parent, env=env or dict(os.environ)
+    )
+
+
+class RustFrontendProcessManager:
+    """Owns the frontend child: start it on the inherited socket, watch it, stop it."""
+
+    def __init__(self, sock: socket.socket, engine_address: str,
+                 serve_options: dict[str, Any]) -> None:
+        self.sock = sock
+        self.engine_address = engine_address
+        self.serve_options = serve_options
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        fd = self.sock.fileno()
+        argv = [
+            str(find_frontend_binary()),
+            "--listen-fd", str(fd),
+            "--engine-address", self.engine_address,
+            "--args-json", json.dumps(self.serve_options),
+        ]
+        self.proc = spawn(argv, pass_fds=(fd,))
+
+    def poll(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+    def stop(self, timeout: float) -> None:
+        terminate(self.proc, timeout)
+
+
+def terminate(proc: subprocess.Popen[bytes] | None, timeout: float) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within timeout seconds."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
