@@ -1,0 +1,71 @@
+"""Every failure a client can see: status code and the OpenAI error body, as errors.rs has them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hybridllm.entrypoints.openai.jsonfmt import RustJSONResponse
+
+_TYPES = {
+    400: "BadRequestError",
+    401: "AuthenticationError",
+    404: "NotFoundError",
+    413: "PayloadTooLargeError",
+    500: "InternalServerError",
+    503: "ServiceUnavailableError",
+}
+
+UNAUTHORIZED = "Unauthorized: a valid API key is required (Authorization: Bearer <key>)."
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": _TYPES[self.status],
+                "param": self.param,
+                "code": self.status,
+            }
+        }
+
+    def response(self) -> RustJSONResponse:
+        headers = {"www-authenticate": "Bearer"} if self.status == 401 else None
+        return RustJSONResponse(self.body(), status_code=self.status, headers=headers)
+
+
+def bad(message: str, param: str | None = None) -> ApiError:
+    return ApiError(400, message, param)
+
+
+def not_found(message: str) -> ApiError:
+    return ApiError(404, message)
+
+
+def internal(message: str) -> ApiError:
+    return ApiError(500, message)
+
+
+def model_not_found(model: str) -> ApiError:
+    return ApiError(404, f"The model `{model}` does not exist.")
+
+
+def too_large(limit: int) -> ApiError:
+    return ApiError(413, f"Request body is larger than the limit of {limit} bytes.")
+
+
+def from_engine(code: str, message: str) -> ApiError:
+    """Maps a gRPC status code name (e.g. "INVALID_ARGUMENT") like ApiError::from_status."""
+    if code in ("INVALID_ARGUMENT", "OUT_OF_RANGE", "FAILED_PRECONDITION"):
+        return bad(message)
+    if code == "NOT_FOUND":
+        return not_found(message)
+    if code in ("UNAVAILABLE", "RESOURCE_EXHAUSTED", "DEADLINE_EXCEEDED", "CANCELLED"):
+        return ApiError(503, f"The engine is unavailable: {message}")
+    return internal(f"Engine error: {message}")

@@ -1,0 +1,100 @@
+"""GET /v1/models, /health, /version, /metrics and POST /tokenize, /detokenize (models.rs)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from fastapi import APIRouter
+from starlette.requests import Request
+from starlette.responses import Response
+
+from hybridllm import __version__
+from hybridllm.entrypoints.engine_client import EngineCallError
+from hybridllm.entrypoints.openai.chat_render import TEMPLATE_SCHEMA, render_prompt
+from hybridllm.entrypoints.openai.errors import bad
+from hybridllm.entrypoints.openai.generate import tokenize as encode
+from hybridllm.entrypoints.openai.http_utils import get_state, read_json
+from hybridllm.entrypoints.openai.jsonfmt import RustJSONResponse
+from hybridllm.entrypoints.openai.state import check_model, new_id
+
+router = APIRouter()
+logger = logging.getLogger("hybridllm.frontend")
+
+TOKENIZE_SCHEMA: list[tuple[str, Any, bool]] = [
+    ("model", "str", False), ("prompt", "str", False), ("messages", ("seq", "any"), False),
+    ("add_special_tokens", "bool", False), ("*flatten", TEMPLATE_SCHEMA, False),
+]
+DETOKENIZE_SCHEMA: list[tuple[str, Any, bool]] = [
+    ("model", "str", False), ("tokens", ("seq", "u32"), True),
+]
+
+
+@router.get("/v1/models")
+async def models(request: Request) -> Response:
+    st = get_state(request)
+    data = [{
+        "id": name, "object": "model", "created": st.created, "owned_by": "hybridllm",
+        "root": st.model_info.model_path, "parent": None, "max_model_len": st.max_model_len,
+        "permission": [{
+            "id": new_id("modelperm"), "object": "model_permission", "created": st.created,
+            "allow_create_engine": False, "allow_sampling": True, "allow_logprobs": True,
+            "allow_search_indices": False, "allow_view": True, "allow_fine_tuning": False,
+            "organization": "*", "group": None, "is_blocking": False,
+        }],
+    } for name in st.served_names]
+    return RustJSONResponse({"object": "list", "data": data})
+
+
+@router.get("/health")
+async def health(request: Request) -> Response:
+    """200 with an empty body while the engine is serving, else 503."""
+    try:
+        ok = await asyncio.wait_for(get_state(request).engine.health(), 5.0)
+    except (asyncio.TimeoutError, EngineCallError):
+        ok = False
+    return Response(status_code=200 if ok else 503)
+
+
+@router.get("/version")
+async def version() -> Response:
+    return RustJSONResponse({"version": __version__})
+
+
+@router.get("/metrics")
+async def metrics(request: Request) -> Response:
+    st = get_state(request)
+    try:
+        st.metrics.apply_load(await asyncio.wait_for(st.engine.load(), 2.0))
+    except (asyncio.TimeoutError, EngineCallError):
+        logger.debug("GetLoad failed; serving stale scheduler metrics")
+    return Response(st.metrics.render(),
+                    headers={"content-type": "text/plain; version=0.0.4; charset=utf-8"})
+
+
+@router.post("/tokenize")
+async def tokenize(request: Request) -> Response:
+    st = get_state(request)
+    req = await read_json(request, TOKENIZE_SCHEMA, "TokenizeRequest")
+    check_model(st, req.get("model"))
+    if "prompt" in req and "messages" not in req:
+        text, default_special = req["prompt"], True
+    elif "messages" in req and "prompt" not in req:
+        text, default_special = render_prompt(st, req["messages"], req, True), False
+    else:
+        raise bad("Exactly one of `prompt` or `messages` must be given.")
+    tokens = await encode(st, text, req.get("add_special_tokens", default_special))
+    return RustJSONResponse({"count": len(tokens), "max_model_len": st.max_model_len,
+                             "tokens": tokens})
+
+
+@router.post("/detokenize")
+async def detokenize(request: Request) -> Response:
+    st = get_state(request)
+    req = await read_json(request, DETOKENIZE_SCHEMA, "DetokenizeRequest")
+    check_model(st, req.get("model"))
+    badid = next((t for t in req["tokens"] if t >= st.vocab_size), None)
+    if badid is not None:
+        raise bad(f"Token id {badid} is out of vocabulary (size {st.vocab_size}).", "tokens")
+    return RustJSONResponse({"prompt": st.tokenizer.decode(req["tokens"])})
