@@ -2,8 +2,6 @@
 mod auth;
 mod cli;
 mod config;
-#[cfg(test)]
-mod e2e_tests;
 mod engine_client;
 mod errors;
 mod metrics;
