@@ -46,6 +46,9 @@ class EngineArgs:
     load_format: str = "auto"
     enforce_eager: bool = False
     attention_backend: str | None = None
+    # Benchmarking the frontends alone: the real scheduler path with no model behind it.
+    mock_engine: bool = False
+    mock_step_ms: float = 0.0
 
     @staticmethod
     def add_cli_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -74,6 +77,10 @@ class EngineArgs:
                             default=d.load_format)
         parser.add_argument("--enforce-eager", action="store_true")
         parser.add_argument("--attention-backend", choices=["torch", "triton"], default=None)
+        parser.add_argument("--mock-engine", action="store_true",
+                            help="No model: real scheduling, dummy tokens (frontend benchmarks).")
+        parser.add_argument("--mock-step-ms", type=float, default=d.mock_step_ms,
+                            help="With --mock-engine: time each engine step takes.")
         return parser
 
     @classmethod

@@ -13,6 +13,7 @@ from hybridllm.engine.output_processor import OutputProcessor
 from hybridllm.outputs import RequestOutput
 from hybridllm.sampling_params import SamplingParams
 from hybridllm.text.tokenizer import load_tokenizer
+from hybridllm.worker.mock_runner import MockModelRunner
 from hybridllm.worker.model_runner import ModelRunner, StepResult
 
 
@@ -27,7 +28,7 @@ class LLMEngine:
     def __init__(self, config: EngineConfig, detokenize: bool = True) -> None:
         self.config = config
         self.tokenizer, self.tokenizer_info = load_tokenizer(config.model_path)
-        self.runner = ModelRunner(config)
+        self.runner = MockModelRunner(config) if config.args.mock_engine else ModelRunner(config)
         self.kv = KVCacheManager(
             self.runner.num_blocks, config.args.block_size, config.args.enable_prefix_caching
         )

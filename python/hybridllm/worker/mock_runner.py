@@ -1,0 +1,34 @@
+"""A model runner with no model, for measuring everything around the forward pass.
+
+The scheduler, KV-cache manager, engine loop, gRPC and HTTP layers all run for real; only the
+forward pass is replaced by a fixed sleep and a deterministic token per sequence.
+"""
+
+from __future__ import annotations
+
+import time
+
+from hybridllm.config import EngineConfig
+from hybridllm.core.scheduler import SchedulerOutput
+from hybridllm.sampling import SamplerOutput
+from hybridllm.worker.kv_cache import num_kv_blocks
+from hybridllm.worker.model_runner import StepResult
+
+# Ordinary word-piece ids (no special tokens), cycled through by position.
+_FIRST_TOKEN = 1000
+_NUM_TOKENS = 256
+
+
+class MockModelRunner:
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.step_s = config.args.mock_step_ms / 1000.0
+        self.num_blocks = num_kv_blocks(config)
+
+    def execute(self, sched: SchedulerOutput) -> StepResult:
+        if self.step_s > 0:
+            time.sleep(self.step_s)
+        seqs = [item.seq for item in sched.scheduled if item.samples]
+        tokens = [_FIRST_TOKEN + s.num_tokens % _NUM_TOKENS for s in seqs]
+        none: list[None] = [None] * len(seqs)
+        return StepResult(SamplerOutput(tokens, list(none), list(none)), seqs, {})
