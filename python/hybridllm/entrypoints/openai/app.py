@@ -11,6 +11,7 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.responses import Response
@@ -78,6 +79,18 @@ async def build_state(engine: EngineClient, options: ServeOptions) -> AppState:
     )
     logger.info("engine ready: model=%s max_model_len=%d", names[0], max_model_len)
     return state
+
+
+def route_table(routes: list[Any]) -> set[tuple[str, str]]:
+    """(method, path) of every registered route, through included routers."""
+    out: set[tuple[str, str]] = set()
+    for r in routes:
+        inner = getattr(r, "original_router", None)  # FastAPI >= 0.16x wraps included routers
+        if inner is not None:
+            out |= route_table(inner.routes)
+        elif isinstance(r, APIRoute):
+            out |= {(m, r.path) for m in r.methods}
+    return out
 
 
 def build_app(engine: EngineClient, options: ServeOptions | dict[str, Any] | None = None

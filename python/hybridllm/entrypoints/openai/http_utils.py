@@ -14,7 +14,7 @@ from starlette.types import Receive, Scope, Send
 
 from hybridllm.entrypoints.openai.errors import ApiError, bad, too_large
 from hybridllm.entrypoints.openai.jsonfmt import dumps
-from hybridllm.entrypoints.openai.serde_json_compat import parse_request
+from hybridllm.entrypoints.openai.serde_json_compat import TypeErr, parse, path_str
 from hybridllm.entrypoints.openai.state import AppState
 
 logger = logging.getLogger("hybridllm.frontend")
@@ -38,9 +38,14 @@ async def read_json(request: Request, schema: list[tuple[str, Any, bool]],
             raise too_large(limit)
         chunks.append(chunk)
     try:
-        return parse_request(b"".join(chunks), schema, struct_name)
+        return parse(b"".join(chunks), schema, struct_name)
     except ValueError as e:
         raise bad(str(e)) from None
+    except TypeErr as e:
+        path = path_str(e.path)
+        if path == ".":
+            raise bad(f"Invalid request: {e.msg}") from None
+        raise bad(f"Invalid request: {path}: {e.msg}", path) from None
 
 
 def frame(v: Any) -> bytes:

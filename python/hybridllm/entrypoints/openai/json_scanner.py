@@ -192,3 +192,14 @@ class Scanner:
                 raise self.peek_err("expected `,` or `}`")
             self.i += 1
             c = self.ws()
+
+
+def to_py(n: Node) -> Any:
+    if n.kind == "obj":
+        out: dict[str, Any] = {}
+        for k, _, v in n.items:
+            out[k] = to_py(v)  # a repeated key keeps its first place, with the last value
+        return out
+    if n.kind == "arr":
+        return [to_py(x) for x in n.items]
+    return n.value

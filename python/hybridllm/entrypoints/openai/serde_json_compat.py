@@ -1,177 +1,134 @@
-"""Request-body parsing that fails like the Rust frontend's serde_json + serde derive: the
-same messages ("invalid type: string \"x\", expected f64 at line 1 column 63") and positions.
-
-serde reports a syntax error, or a type error of a directly declared field, where it reads it;
-fields of `#[serde(flatten)]` structs are only checked once the whole object has been read.
-"""
+"""Request-body parsing that fails like the Rust frontend (openai/mod.rs JsonBody): the body
+is first parsed as a JSON value (syntax errors carry serde_json's message and position), then
+typed; a type error names its field path (serde_path_to_error) in the message and `param`.
+Fields of `#[serde(flatten)]` groups are reported after the directly declared ones."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from hybridllm.entrypoints.openai.json_scanner import Node, Scanner, SyntaxErr
+from hybridllm.entrypoints.openai.json_scanner import Scanner, SyntaxErr, to_py
 from hybridllm.entrypoints.openai.jsonfmt import rust_display
 
-
-class TypeErr(Exception):
-    def __init__(self, msg: str, at: int) -> None:
-        super().__init__(msg)
-        self.msg, self.at = msg, at
-
-
-# Field types: "str", "bool", "i64", "u32", "f64", "any", ("seq", T), ("map", T), "struct:Name".
-Schema = list[tuple[str, Any, bool]]  # (name | "*flatten", type | sub-schema, required)
-
+# Field types: "str", "bool", "i64", "u32", "f64", "any", ("seq", T), ("map", T),
+# "struct:StreamOptions". A schema: (name | "*flatten", type | sub-schema, required).
+Schema = list[tuple[str, Any, bool]]
 _EXPECTED = {"str": "a string", "bool": "a boolean", "i64": "i64", "u32": "u32", "f64": "f64"}
 
 
-def _debug_str(s: str) -> str:
-    out = []
-    for ch in s:
-        o = ord(ch)
-        if ch in '"\\':
-            out.append("\\" + ch)
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\r":
-            out.append("\\r")
-        elif ch == "\t":
-            out.append("\\t")
-        elif ch == "\0":
-            out.append("\\0")
-        elif o < 0x20 or o == 0x7F:
-            out.append(f"\\u{{{o:x}}}")
-        else:
-            out.append(ch)
+class TypeErr(Exception):
+    def __init__(self, msg: str, path: list[str]) -> None:
+        super().__init__(msg)
+        self.msg, self.path = msg, path
+
+
+def path_str(segments: list[str]) -> str:
+    out = ""
+    for i, seg in enumerate(segments):
+        out += seg if (i == 0 or seg.startswith("[")) else "." + seg
+    return out or "."
+
+
+def debug_str(s: str) -> str:
+    """Rust's `{:?}` of a string."""
+    esc = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\0": "\\0"}
+    out = [esc.get(ch) or (f"\\u{{{ord(ch):x}}}" if ord(ch) < 0x20 or ord(ch) == 0x7F else ch)
+           for ch in s]
     return '"' + "".join(out) + '"'
 
 
-def unexpected(n: Node) -> str:
-    if n.kind == "str":
-        return "string " + _debug_str(n.value)
-    if n.kind in ("u", "i"):
-        return f"integer `{n.value}`"
-    if n.kind == "f":
-        s = rust_display(n.value)
+def unexpected(v: Any) -> str:
+    if isinstance(v, str):
+        return "string " + debug_str(v)
+    if isinstance(v, bool):
+        return f"boolean `{'true' if v else 'false'}`"
+    if isinstance(v, int):
+        return f"integer `{v}`"
+    if isinstance(v, float):
+        s = rust_display(v)
         return f"floating point `{s if '.' in s else s + '.0'}`"
-    if n.kind == "bool":
-        return f"boolean `{'true' if n.value else 'false'}`"
-    return {"null": "null", "arr": "sequence", "obj": "map"}[n.kind]
+    if v is None:
+        return "null"
+    return "sequence" if isinstance(v, list) else "map"
 
 
-def _type_err(n: Node, expected: str) -> TypeErr:
-    # serde_json reads a scalar before complaining, but not a list or map.
-    at = n.start if n.kind in ("arr", "obj") else n.end
-    return TypeErr(f"invalid type: {unexpected(n)}, expected {expected}", at)
-
-
-def convert(n: Node, t: Any, flat_at: int | None = None) -> Any:
-    """Checks node n against type t; flat_at: the position to report (flattened fields)."""
-    try:
-        return _convert(n, t)
-    except TypeErr as e:
-        if flat_at is not None:
-            e.at = flat_at
-        raise
-
-
-def _convert(n: Node, t: Any) -> Any:
+def check(v: Any, t: Any, path: list[str]) -> Any:
     if t == "any":
-        return to_py(n)
+        return v
     if isinstance(t, tuple):
         kind, inner = t
-        want = "arr" if kind == "seq" else "obj"
-        if n.kind != want:
-            raise _type_err(n, "a sequence" if kind == "seq" else "a map")
         if kind == "seq":
-            return [_convert(x, inner) for x in n.items]
-        return {k: _convert(v, inner) for k, _, v in n.items}
+            if not isinstance(v, list):
+                raise TypeErr(f"invalid type: {unexpected(v)}, expected a sequence", path)
+            return [check(x, inner, [*path, f"[{i}]"]) for i, x in enumerate(v)]
+        if not isinstance(v, dict):
+            raise TypeErr(f"invalid type: {unexpected(v)}, expected a map", path)
+        return {k: check(x, inner, [*path, k]) for k, x in v.items()}
     if t == "struct:StreamOptions":
-        if n.kind != "obj":
-            raise _type_err(n, "struct StreamOptions")
-        opts = {"include_usage": False}
-        for k, _, v in n.items:
-            if k == "include_usage":
-                opts[k] = _convert(v, "bool")
-        return opts
-    ok = {"str": ("str",), "bool": ("bool",), "f64": ("u", "i", "f"), "i64": ("u", "i"),
-          "u32": ("u", "i")}[t]
-    if n.kind not in ok:
-        raise _type_err(n, _EXPECTED[t])
-    if t == "i64" and n.value >= 1 << 63 or t == "u32" and not 0 <= n.value < 1 << 32:
-        raise TypeErr(f"invalid value: integer `{n.value}`, expected {t}", n.end)
-    return float(n.value) if t == "f64" else n.value
+        if isinstance(v, list):  # serde structs also accept the sequence form
+            if len(v) > 1:
+                raise TypeErr(f"invalid length {len(v)}, expected fewer elements in array", path)
+            return {"include_usage": check(v[0], "bool", [*path, "[0]"]) if v else False}
+        if not isinstance(v, dict):
+            raise TypeErr(f"invalid type: {unexpected(v)}, expected struct StreamOptions", path)
+        iu = v.get("include_usage", False)
+        return {"include_usage": check(iu, "bool", [*path, "include_usage"])}
+    ok = {"str": str, "bool": bool, "f64": (int, float), "i64": int, "u32": int}[t]
+    if not isinstance(v, ok) or (t != "bool" and isinstance(v, bool)):
+        raise TypeErr(f"invalid type: {unexpected(v)}, expected {_EXPECTED[t]}", path)
+    if t == "i64" and v >= 1 << 63 or t == "u32" and not 0 <= v < 1 << 32:
+        raise TypeErr(f"invalid value: integer `{v}`, expected {t}", path)
+    return float(v) if t == "f64" else v
 
 
-def to_py(n: Node) -> Any:
-    if n.kind == "obj":
-        return {k: to_py(v) for k, _, v in n.items}
-    if n.kind == "arr":
-        return [to_py(x) for x in n.items]
-    return n.value
+def _group(value: Any, group: Schema) -> dict[str, Any]:
+    """One flattened group alone, as the Rust side re-parses it to find the field."""
+    out: dict[str, Any] = {}
+    if isinstance(value, list):  # a struct from a sequence: fields by position
+        for (name, t, _), v in zip(group, value):
+            if v is not None:
+                out[name] = check(v, t, [f"[{len(out)}]"])
+        return out
+    if not isinstance(value, dict):
+        return out
+    types = {name: t for name, t, _ in group}
+    for k, v in value.items():
+        if k in types and v is not None:
+            out[k] = check(v, types[k], [k])
+    return out
 
 
-def parse_request(body: bytes, schema: Schema, struct_name: str) -> dict[str, Any]:
-    """Returns {field: value} (absent Option fields omitted); raises ValueError(message)."""
+def parse(body: bytes, schema: Schema, struct_name: str) -> dict[str, Any]:
+    """{field: value} with absent or null Option fields omitted. Raises ValueError(message)
+    for syntax errors and TypeErr (msg, path) for type errors."""
     sc = Scanner(body)
-    syntax: SyntaxErr | None = None
-    root: Node | None = None
     try:
-        root = sc.value(0)
+        value = to_py(sc.value(0))
         if sc.ws() is not None:
             raise sc.peek_err("trailing characters")
     except SyntaxErr as e:
-        syntax = e
-    first = body.lstrip(b" \t\n\r")[:1]
-    try:
-        if first == b"[":  # serde refuses a list for a struct before reading it
-            raise TypeErr(f"invalid type: sequence, expected struct {struct_name}",
-                          len(body) - len(body.lstrip(b" \t\n\r")))
-        if first != b"{":
-            if syntax is not None:
-                raise syntax
-            assert root is not None
-            raise _type_err(root, f"struct {struct_name}")
-        return _fill(sc.top, schema, syntax, getattr(root, "close", len(body) - 1))
-    except SyntaxErr as e:
         raise ValueError(f"Invalid JSON body: {e.msg} at {_pos(body, e.at)}") from None
-    except TypeErr as e:
-        raise ValueError(f"Invalid request: {e.msg} at {_pos(body, e.at)}") from None
-
-
-def _fill(entries: list[tuple[str, int, Node]], schema: Schema, syntax: SyntaxErr | None,
-          close: int) -> dict[str, Any]:
+    groups = [t for name, t, _ in schema if name == "*flatten"]
     direct = {name: (t, req) for name, t, req in schema if name != "*flatten"}
-    out: dict[str, Any] = {}
-    flat_seen: dict[str, Node] = {}
-    flat_dups: list[str] = []
-    flat_names = {n for name, sub, _ in schema if name == "*flatten" for n, _, _ in sub}
-    for key, key_end, node in entries:
-        if key in direct:
-            if key in out:
-                raise TypeErr(f"duplicate field `{key}`", key_end)
-            t, _ = direct[key]
-            v = None if node.kind == "null" and not direct[key][1] else convert(node, t)
-            out[key] = v
-        elif key in flat_names:
-            if key in flat_seen:
-                flat_dups.append(key)
-            flat_seen[key] = flat_seen.get(key, node)
-    if syntax is not None:
-        raise syntax
-    at = close + 1  # serde peeks the closing brace when the map ends
-    for name, t, req in schema:
-        if name == "*flatten":
-            for sub_name, sub_t, _ in t:
-                if sub_name in flat_dups:
-                    raise TypeErr(f"duplicate field `{sub_name}`", at)
-                node = flat_seen.get(sub_name)
-                if node is not None and node.kind != "null":
-                    out[sub_name] = convert(node, sub_t, flat_at=at)
-        elif req and name not in out:
-            raise TypeErr(f"missing field `{name}`", at)
-    required = {name for name, _, req in schema if req}
-    return {k: v for k, v in out.items() if v is not None or k in required}
+    if not isinstance(value, dict):
+        main = TypeErr(f"invalid type: {unexpected(value)}, expected struct {struct_name}", [])
+    else:
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            if k in direct and not (v is None and not direct[k][1]):
+                out[k] = check(v, direct[k][0], [k])
+        missing = [n for n, (_, req) in direct.items() if req and n not in out]
+        if not missing:
+            for g in groups:
+                out.update(_group(value, g))
+            return out
+        main = TypeErr(f"missing field `{missing[0]}`", [])
+    for g in groups:  # the field of a flattened error is only found by parsing groups alone
+        try:
+            _group(value, g)
+        except TypeErr as e:
+            raise e from None
+    raise main
 
 
 def _pos(body: bytes, at: int) -> str:

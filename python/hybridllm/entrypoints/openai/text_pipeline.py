@@ -95,7 +95,8 @@ class IncrementalDetokenizer:
         self.prefix_offset = self.read_offset
         self.read_offset = len(self.ids)
         if len(f) > len(p) and _is_char_boundary(f, len(p)):
-            return f[len(p) :].decode()
+            # A character left incomplete at the end is dropped, not sent as U+FFFD.
+            return f[len(p) :].decode().rstrip("\ufffd")
         return ""
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from hybridllm.entrypoints.openai.errors import bad
 from hybridllm.entrypoints.openai.jsonfmt import rust_display
-from hybridllm.entrypoints.openai.serde_json_compat import _debug_str
+from hybridllm.entrypoints.openai.serde_json_compat import debug_str
 from hybridllm.entrypoints.openai.text_pipeline import DecodeOpts
 from hybridllm.proto import engine_pb2 as pb
 
@@ -97,7 +97,7 @@ def validate(req: dict[str, Any], logprobs: int | None, vocab_size: int) -> GenP
     bias: dict[int, float] = {}
     for k, v in (req.get("logit_bias") or {}).items():
         if not re.fullmatch(r"\+?[0-9]+", k) or int(k) > U32_MAX:
-            raise bad(f"logit_bias key {_debug_str(k)} is not a token id.", "logit_bias")
+            raise bad(f"logit_bias key {debug_str(k)} is not a token id.", "logit_bias")
         if int(k) >= vocab_size:
             raise bad(f"token_id {int(k)} in logit_bias is out of vocabulary (size {vocab_size}).",
                       "logit_bias")

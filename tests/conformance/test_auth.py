@@ -1,0 +1,65 @@
+"""Every registered route of each frontend refuses a missing or wrong key (401), except
+/health and /version; CORS preflight passes without one."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conformance.conftest import API_KEY
+
+REPO = Path(__file__).resolve().parents[2]
+OPEN = {"/health", "/version"}
+UNAUTHORIZED = (b'{"error":{"message":"Unauthorized: a valid API key is required '
+                b'(Authorization: Bearer <key>).","type":"AuthenticationError","param":null,'
+                b'"code":401}}')
+
+
+def python_routes() -> set[tuple[str, str]]:
+    """From the FastAPI router itself."""
+    from hybridllm.entrypoints.engine_client import GrpcEngineClient
+    from hybridllm.entrypoints.openai import build_app
+    from hybridllm.entrypoints.openai.app import route_table
+
+    app = build_app(GrpcEngineClient("unix:///nonexistent"), {})  # no start-up needed
+    return route_table(app.routes)
+
+
+def rust_routes() -> set[tuple[str, str]]:
+    """The Rust binary has no route-listing command: read the router table in server.rs."""
+    src = (REPO / "rust-frontend/src/server.rs").read_text()
+    found = re.findall(r'\.route\(\s*"([^"]+)",\s*(get|post|put|delete|patch)\(', src)
+    assert found, "no routes found in server.rs"
+    return {(m.upper(), p) for p, m in found}
+
+
+def test_route_tables_agree() -> None:
+    assert python_routes() == rust_routes()
+
+
+@pytest.mark.parametrize("kind", ["python", "rust"])
+def test_every_route_needs_a_key(servers: dict, kind: str) -> None:
+    routes = python_routes() if kind == "python" else rust_routes()
+    modes = ["py-inproc", "py-grpc"] if kind == "python" else ["rust"]
+    for mode in modes:
+        url = servers[mode].url
+        for method, path in sorted(routes):
+            for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": API_KEY}):
+                r = httpx.request(method, url + path, headers=headers, content=b"{}")
+                if path in OPEN:
+                    assert r.status_code in (200, 503), (mode, path)
+                    continue
+                assert r.status_code == 401, (mode, method, path, headers)
+                assert r.content == UNAUTHORIZED
+                assert r.headers["www-authenticate"] == "Bearer"
+        r = httpx.get(url + "/no/such/route")
+        assert r.status_code == 401, mode  # unknown routes are not revealed without a key
+        r = httpx.options(url + "/v1/models", headers={
+            "Origin": "http://example.com", "Access-Control-Request-Method": "GET"})
+        assert r.status_code == 200, mode
+        assert r.headers["access-control-allow-origin"] == "*"
+        ok = httpx.get(url + "/v1/models", headers={"Authorization": f"Bearer {API_KEY}"})
+        assert ok.status_code == 200

@@ -1,0 +1,83 @@
+"""/tokenize, /detokenize, /v1/models, /health, /version, /metrics; disconnect aborts."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import httpx
+
+from tests.conformance.conftest import MAX_MODEL_LEN, normalise_bytes
+
+METRICS = [
+    "hybridllm:num_requests_running", "hybridllm:num_requests_waiting",
+    "hybridllm:kv_cache_usage_perc", "hybridllm:prompt_tokens_total",
+    "hybridllm:generation_tokens_total", "hybridllm:prefix_cache_queries_total",
+    "hybridllm:prefix_cache_hits_total", "hybridllm:num_preemptions_total",
+    "hybridllm:frontend_requests_in_flight", "hybridllm:request_success_total",
+    "hybridllm:time_to_first_token_seconds", "hybridllm:inter_token_latency_seconds",
+    "hybridllm:e2e_request_latency_seconds",
+]
+
+
+def _same(servers: dict, method: str, path: str, body: object = None) -> bytes:
+    out = {}
+    for mode, s in servers.items():
+        r = s.post(path, body) if method == "POST" else s.http.get(path)
+        assert r.status_code == 200, (mode, r.text)
+        out[mode] = normalise_bytes(r.content)
+    assert len(set(out.values())) == 1, out
+    return out["rust"]
+
+
+def test_tokenize_detokenize(servers: dict) -> None:
+    for body in ({"prompt": "Hello, 世界! 🎉"},
+                 {"prompt": "Hello", "add_special_tokens": False},
+                 {"messages": [{"role": "user", "content": "hi"}]},
+                 {"messages": [{"role": "user", "content": "hi"}],
+                  "add_generation_prompt": False, "add_special_tokens": True}):
+        _same(servers, "POST", "/tokenize", body)
+    raw = _same(servers, "POST", "/tokenize", {"prompt": "Hello, 世界"})
+    assert f'"max_model_len":{MAX_MODEL_LEN}'.encode() in raw
+    _same(servers, "POST", "/detokenize", {"tokens": [19556, 28, 30, 1, 2]})
+
+
+def test_models_version(servers: dict) -> None:
+    raw = _same(servers, "GET", "/v1/models")
+    assert raw.startswith(b'{"object":"list","data":[{"id":')
+    assert _same(servers, "GET", "/version") == b'{"version":"0.1.0"}'
+
+
+def test_health(servers: dict) -> None:
+    for s in servers.values():
+        r = httpx.get(s.url + "/health")  # no key needed
+        assert r.status_code == 200 and r.content == b""
+
+
+def test_metrics_names(servers: dict) -> None:
+    for mode, s in servers.items():
+        s.post("/v1/completions", {"prompt": "Hi", "max_tokens": 2})  # labels need a request
+        r = s.http.get("/metrics")
+        assert r.status_code == 200
+        assert r.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
+        names = set(re.findall(r"^(hybridllm:[a-z0-9_]+?)(?:_bucket|_sum|_count)?[{ ]",
+                               r.text, re.M))
+        assert names == set(METRICS), (mode, names ^ set(METRICS))
+
+
+def test_disconnect_aborts(servers: dict) -> None:
+    """Closing a stream mid-way frees the request in the engine."""
+    body = {"prompt": "Tell me a long story.", "max_tokens": 400, "temperature": 0,
+            "ignore_eos": True, "stream": True}
+    for mode, s in servers.items():
+        with s.http.stream("POST", "/v1/completions", json=body) as r:
+            for _ in r.iter_raw(64):
+                break
+        deadline = time.monotonic() + 10
+        while True:
+            text = s.http.get("/metrics").text
+            running = re.search(r"^hybridllm:num_requests_running (\S+)", text, re.M)
+            if running and float(running.group(1)) == 0.0:
+                break
+            assert time.monotonic() < deadline, f"{mode}: request still running"
+            time.sleep(0.2)
