@@ -7,7 +7,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // SAFETY of set_var: build scripts are single-threaded.
     std::env::set_var("PROTOC", protoc_bin_vendored::protoc_bin_path()?);
     tonic_prost_build::configure()
-        .build_server(true) // the server half backs the in-process fake engine used by tests
+        .build_server(false) // the server is the Python worker
         .compile_protos(&[proto], &[proto_dir])?;
     Ok(())
 }

@@ -16,23 +16,8 @@ import time
 import urllib.request
 from typing import Any
 
-from hybridllm.cli.worker import add_worker_args
 from hybridllm.config import EngineArgs
-
-
-def add_frontend_args(parser: argparse.ArgumentParser) -> None:
-    """Options both frontends share (sent to Rust as --args-json)."""
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--api-key", action="append", default=None,
-                        help="Require 'Authorization: Bearer KEY' (repeatable; also "
-                             "HYBRIDLLM_API_KEY).")
-    parser.add_argument("--allowed-origins", nargs="*", default=["*"])
-    parser.add_argument("--allowed-methods", nargs="*", default=["*"])
-    parser.add_argument("--allowed-headers", nargs="*", default=["*"])
-    parser.add_argument("--max-request-body-bytes", type=int, default=32 << 20)
-    parser.add_argument("--chat-template", default=None,
-                        help="Path of a Jinja chat template overriding the model's.")
+from hybridllm.entrypoints.openai.api_server import add_frontend_args, frontend_options
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -42,34 +27,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--rust-frontend", action="store_true",
                         help="Serve HTTP from the Rust frontend (production path).")
     EngineArgs.add_cli_args(parser)
-    add_worker_args(parser)
+    parser.add_argument("--shutdown-timeout", type=float, default=10.0,
+                        help="Seconds in-flight requests may take to finish after SIGTERM.")
     add_frontend_args(parser)
-    parser.set_defaults(func=run, engine_address=None)
-
-
-def api_keys(args: argparse.Namespace) -> list[str]:
-    keys = list(args.api_key or [])
-    env = os.environ.get("HYBRIDLLM_API_KEY")
-    if env:
-        keys.append(env)
-    return keys
-
-
-def serve_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The serve options as the Rust frontend's --args-json takes them."""
-    options: dict[str, Any] = {
-        "api_keys": api_keys(args),
-        "allowed_origins": args.allowed_origins,
-        "allowed_methods": args.allowed_methods,
-        "allowed_headers": args.allowed_headers,
-        "max_request_body_bytes": args.max_request_body_bytes,
-        "shutdown_timeout_s": args.shutdown_timeout,
-    }
-    if args.served_model_name:
-        options["served_model_name"] = [args.served_model_name]
-    if args.chat_template:
-        options["chat_template"] = os.path.abspath(args.chat_template)
-    return options
+    parser.set_defaults(func=run)
 
 
 def check_chat_template(path: str | None) -> None:
@@ -119,14 +80,15 @@ def run_rust_frontend(args: argparse.Namespace) -> int:
     from hybridllm.worker.grpc_client import wait_until_serving
 
     sock = bind_listen_socket(args.host, args.port)  # the port is reserved from here on
-    engine_address = args.engine_address or "unix://" + os.path.join(
-        tempfile.mkdtemp(prefix="hybridllm-"), "engine.sock"
-    )
+    engine_address = "unix://" + os.path.join(tempfile.mkdtemp(prefix="hybridllm-"), "engine.sock")
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     worker = spawn(worker_argv(args, engine_address))
-    frontend = RustFrontendProcessManager(sock, engine_address, serve_options(args))
+    options = frontend_options(args)
+    if options["chat_template"]:
+        options["chat_template"] = os.path.abspath(options["chat_template"])
+    frontend = RustFrontendProcessManager(sock, engine_address, options)
     try:
         if not wait_until_serving(engine_address, worker, stop):
             return 0 if stop.is_set() else _died("engine worker", worker.returncode)

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh machine or a warm one: installs what is missing
+# (ci/setup.sh), then lints, the Rust tests, the Python tests and the small benchmarks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash ci/setup.sh
+CACHE=${HYBRIDLLM_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/hybridllm}
+VENV=${HYBRIDLLM_VENV:-$CACHE/venv}
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$CACHE/cargo-target}
+export PATH=$VENV/bin:$PATH
+
+echo "== lint"
+ruff check python tests bench
+cargo fmt --all --check
+cargo clippy --release --all-targets -- -D warnings
+
+echo "== rust tests"
+cargo test --release
+
+echo "== python tests"
+python -m pytest -q -rs "$@"
+
+if [ -x ci/bench_smoke.sh ]; then
+  echo "== benchmark smoke run (figures are printed, timings never fail the build)"
+  bash ci/bench_smoke.sh
+fi
