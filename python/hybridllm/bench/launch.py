@@ -1,0 +1,116 @@
+"""Start and stop local servers for the benchmark drivers: the Rust frontend (`hybridllm serve
+--rust-frontend`: supervisor, engine worker, Rust frontend) or the Python frontend (FastAPI,
+engine in-process), on a free port, with their process ids for CPU accounting."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out += [int(x) for x in f.read().split()]
+        except OSError:
+            pass
+    return out
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+@dataclass
+class Server:
+    name: str
+    proc: subprocess.Popen
+    base_url: str
+    log_path: str
+    pids: dict[str, list[int]] = field(default_factory=dict)
+
+    def find_pids(self) -> None:
+        """Name the processes of the tree: frontend, worker (Rust path) or server (Python)."""
+        tree, todo = [], [self.proc.pid]
+        while todo:
+            pid = todo.pop()
+            tree.append(pid)
+            todo += _children(pid)
+        if self.name == "python":
+            self.pids = {"server": tree}
+            return
+        self.pids = {"frontend": [p for p in tree if "hybridllm-frontend" in _cmdline(p)],
+                     "worker": [p for p in tree if " worker " in _cmdline(p)],
+                     "supervisor": [self.proc.pid]}
+
+    def stop(self, timeout: float = 30.0) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def server_argv(kind: str, port: int, engine_flags: list[str]) -> list[str]:
+    if kind == "rust":
+        return [sys.executable, "-m", "hybridllm.cli.main", "serve", "--rust-frontend",
+                "--host", "127.0.0.1", "--port", str(port), *engine_flags]
+    if kind == "python":  # what `hybridllm serve` runs without --rust-frontend
+        return [sys.executable, "-m", "hybridllm.entrypoints.openai", "--host", "127.0.0.1",
+                "--port", str(port), "--disable-log-requests", *engine_flags]
+    raise ValueError(f"unknown frontend {kind!r}")
+
+
+def start_server(kind: str, engine_flags: list[str], timeout: float = 300.0) -> Server:
+    port = free_port()
+    log = tempfile.NamedTemporaryFile(prefix=f"hybridllm-bench-{kind}-", suffix=".log",
+                                      delete=False)
+    proc = subprocess.Popen(server_argv(kind, port, engine_flags), stdout=log,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    server = Server(kind, proc, f"http://127.0.0.1:{port}", log.name)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{kind} server exited with {proc.returncode}; log:\n"
+                               + _tail(log.name))
+        try:
+            with urllib.request.urlopen(server.base_url + "/v1/models", timeout=2) as r:
+                if r.status == 200:
+                    time.sleep(0.5)  # let the tree settle before naming its processes
+                    server.find_pids()
+                    return server
+        except OSError:
+            pass
+        time.sleep(0.5)
+    server.stop()
+    raise RuntimeError(f"{kind} server not ready after {timeout:.0f}s; log:\n" + _tail(log.name))
+
+
+def _tail(path: str, n: int = 30) -> str:
+    with open(path, errors="replace") as f:
+        return "".join(f.readlines()[-n:])
