@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Small versions of the serving benchmarks (about 1-2 minutes): `bench serve` and `bench
+# batching` against the real bundled model behind the Rust frontend, then `bench
+# frontend-overhead` (Rust vs Python frontend, mock engine). Figures are printed against their
+# targets; timings never fail this script, only crashes and failed requests do.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=$(mktemp -d /tmp/hybridllm-bench-smoke.XXXXXX)
+port=$(python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+url=http://127.0.0.1:$port
+
+echo "-- hybridllm serve --rust-frontend (bundled model) on $url"
+hybridllm serve --rust-frontend --host 127.0.0.1 --port "$port" >"$out/server.log" 2>&1 &
+server=$!
+trap 'kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true' EXIT
+for _ in $(seq 360); do
+  if curl -sf "$url/v1/models" >/dev/null; then break; fi
+  if ! kill -0 "$server" 2>/dev/null; then cat "$out/server.log"; exit 1; fi
+  sleep 0.5
+done
+curl -sf "$url/v1/models" >/dev/null || { tail -n 30 "$out/server.log"; exit 1; }
+
+echo "-- bench serve (real model, concurrency 1,4)"
+hybridllm bench serve --base-url "$url" --num-prompts 8 --max-concurrency 1,4 \
+  --input-len 32 --output-len 8 --disable-tqdm \
+  --result-json "$out/serve.json" --plot "$out/serve.png" | tail -n 6
+
+echo "-- bench batching (real model, Rust frontend)"
+hybridllm bench batching --base-url "$url" --max-concurrency 1,4,16 --min-prompts 4 \
+  --prompts-per-slot 1 --input-len 32 --output-len 16 --disable-tqdm \
+  --result-json "$out/batching.json" | tail -n 6
+kill "$server"; wait "$server" 2>/dev/null || true
+trap - EXIT
+
+echo "-- bench frontend-overhead (mock engine, Rust vs Python frontend)"
+hybridllm bench frontend-overhead --repeats 1 --concurrency 64 --requests-per-level 256 \
+  --baseline-requests 20 --disable-tqdm --result-json "$out/overhead.json" | tail -n 9
+echo "bench smoke: results in $out"
