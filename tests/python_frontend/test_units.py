@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hybridllm.entrypoints.openai.jsonfmt import dumps, rust_display, ryu
-from hybridllm.entrypoints.openai.text_pipeline import StopChecker
+from hybridllm.text.stop import StopChecker
 
 
 @pytest.mark.parametrize("x,want", [

@@ -61,7 +61,8 @@ def test_sequence_cut_mid_character_never_emits_replacement_char(run_text, model
     cuts = [full[:i] for i in range(1, len(full))]
     cuts = [c for c in cuts if py_tok.decode(c).endswith("\ufffd")]
     assert cuts, "expected at least one cut inside a character"
-    rc, out, err = run_text(["decode-prefixes", "--tokenizer", str(model_dir / "tokenizer.json")], cuts)
+    tokenizer = str(model_dir / "tokenizer.json")
+    rc, out, err = run_text(["decode-prefixes", "--tokenizer", tokenizer], cuts)
     assert rc == 0, err
     for ids, res in zip(cuts, out):
         text = "".join(res["deltas"]) + res["tail"]

@@ -165,3 +165,4 @@ class LLMEngine:
             self.scheduler.finish(seq, "stop", stop_str)
         elif seq.num_output_tokens >= seq.request.max_tokens:
             self.scheduler.finish(seq, "length")
+            self.output_processor.finish_text(seq)

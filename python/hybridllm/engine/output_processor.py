@@ -1,29 +1,34 @@
 """From sequence state to RequestOutput, with text and stop strings when the engine owns text.
 
-The gRPC worker runs with detokenize=False: there the frontend owns text and stop strings.
+The offline `LLM` uses the same detokenizer and stop-string rules as both HTTP frontends
+(hybridllm.text), so its text equals theirs. The gRPC worker runs with detokenize=False: there
+the frontend owns text and stop strings.
 """
 
 from __future__ import annotations
 
-from tokenizers import Tokenizer
+from tokenizers import Tokenizer as HfTokenizer
 
 from hybridllm.core.sequence import Request, Sequence
 from hybridllm.outputs import CompletionOutput, RequestOutput
 from hybridllm.text.detokenizer import IncrementalDetokenizer
-from hybridllm.text.stop import StopStringChecker
+from hybridllm.text.stop import StopChecker
+from hybridllm.text.tokenizer import DecodeOpts, Tokenizer
 
 
 class _TextState:
-    def __init__(self, tokenizer: Tokenizer, seq: Sequence) -> None:
+    def __init__(self, seq: Sequence) -> None:
         p = seq.params
-        self.detok = IncrementalDetokenizer(tokenizer, p.skip_special_tokens)
-        self.stops = StopStringChecker(list(p.stop), p.include_stop_str_in_output)
+        opts = DecodeOpts(p.skip_special_tokens, p.spaces_between_special_tokens)
+        self.detok = IncrementalDetokenizer(seq.request.prompt_token_ids, opts)
+        self.stops = StopChecker(list(p.stop), p.include_stop_str_in_output)
+        self.text = ""
         self.num_seen = 0
 
 
 class OutputProcessor:
-    def __init__(self, tokenizer: Tokenizer, detokenize: bool) -> None:
-        self.tokenizer = tokenizer
+    def __init__(self, tokenizer: HfTokenizer, detokenize: bool) -> None:
+        self.tokenizer = Tokenizer(tokenizer)
         self.detokenize = detokenize
         self._text: dict[int, _TextState] = {}
 
@@ -33,30 +38,40 @@ class OutputProcessor:
             return None
         state = self._text.get(seq.seq_id)
         if state is None:
-            state = self._text[seq.seq_id] = _TextState(self.tokenizer, seq)
+            state = self._text[seq.seq_id] = _TextState(seq)
         new = seq.output_token_ids[state.num_seen :]
         state.num_seen += len(new)
         if new and seq.finish_reason == "stop" and not isinstance(seq.stop_reason, str):
             new = new[:-1]  # the EOS / stop token id that ended it is not part of the text
-        state.stops.add(state.detok.add(new))
-        return state.stops.stopped_by
+        emitted, matched = state.stops.push(state.detok.push(self.tokenizer, new))
+        state.text += emitted
+        if matched is None and seq.is_finished:
+            emitted, matched = state.stops.push(state.detok.flush(self.tokenizer))
+            state.text += emitted + (state.stops.flush() if matched is None else "")
+        return matched
+
+    def finish_text(self, seq: Sequence) -> None:
+        """The sequence ended without a new token (length, abort): release what was held."""
+        state = self._text.get(seq.seq_id)
+        if state is not None:
+            emitted, matched = state.stops.push(state.detok.flush(self.tokenizer))
+            state.text += emitted + (state.stops.flush() if matched is None else "")
 
     def text_of(self, seq: Sequence) -> str:
         state = self._text.get(seq.seq_id)
-        return state.stops.text if state is not None else ""
+        return state.text if state is not None else ""
 
     def make_output(self, request: Request) -> RequestOutput:
         outputs = []
         for seq in request.seqs:
+            want_lp = seq.params.logprobs is not None
             outputs.append(
                 CompletionOutput(
                     index=seq.index,
                     text=self.text_of(seq),
                     token_ids=list(seq.output_token_ids),
-                    cumulative_logprob=(
-                        seq.cumulative_logprob if seq.params.logprobs is not None else None
-                    ),
-                    logprobs=list(seq.output_logprobs) if seq.params.logprobs is not None else None,
+                    cumulative_logprob=seq.cumulative_logprob if want_lp else None,
+                    logprobs=list(seq.output_logprobs) if want_lp else None,
                     finish_reason=seq.finish_reason,
                     stop_reason=seq.stop_reason,
                 )

@@ -1,33 +1,49 @@
-"""Incremental detokenization: text deltas that never end in half a character.
+"""Incremental detokenization, rule for rule as rust-frontend/src/text/detokenizer.rs.
 
-Each step decodes a short window of earlier tokens plus the new ones and emits only what the
+Each push decodes a short window of earlier tokens plus the new ones and emits only what the
 window's text gained; while the text ends in U+FFFD (an incomplete UTF-8 sequence across
-tokens), nothing is emitted and the window stays put.
+tokens) nothing is emitted and the window stays put. The window starts on the prompt's last
+tokens so that the first output token decodes as it would in context.
 """
 
 from __future__ import annotations
 
-from tokenizers import Tokenizer
+from hybridllm.text.tokenizer import DecodeOpts, Tokenizer
+
+PROMPT_CONTEXT = 5  # prompt tokens seeding the detokenizer window
+
+
+def _is_char_boundary(b: bytes, i: int) -> bool:
+    return i == len(b) or (i < len(b) and (b[i] & 0xC0) != 0x80)
 
 
 class IncrementalDetokenizer:
-    def __init__(self, tokenizer: Tokenizer, skip_special_tokens: bool = True) -> None:
-        self.tokenizer = tokenizer
-        self.skip_special_tokens = skip_special_tokens
-        self.token_ids: list[int] = []
+    def __init__(self, prompt_ids: list[int], opts: DecodeOpts) -> None:
+        ctx = prompt_ids[max(0, len(prompt_ids) - PROMPT_CONTEXT) :]
+        self.ids = list(ctx)
         self.prefix_offset = 0
-        self.read_offset = 0
+        self.read_offset = len(ctx)
+        self.opts = opts
 
-    def _decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)
+    def _window(self, tok: Tokenizer) -> tuple[bytes, bytes, str]:
+        prefix = tok.decode(self.ids[self.prefix_offset : self.read_offset], self.opts)
+        full = tok.decode(self.ids[self.prefix_offset :], self.opts)
+        return prefix.encode(), full.encode(), full
 
-    def add(self, new_ids: list[int]) -> str:
-        """Append tokens; return the text they complete (possibly empty)."""
-        self.token_ids.extend(new_ids)
-        prefix_text = self._decode(self.token_ids[self.prefix_offset : self.read_offset])
-        full_text = self._decode(self.token_ids[self.prefix_offset :])
-        if len(full_text) > len(prefix_text) and not full_text.endswith("\ufffd"):
+    def push(self, tok: Tokenizer, new_ids: list[int]) -> str:
+        self.ids.extend(new_ids)
+        p, f, full = self._window(tok)
+        if len(f) > len(p) and not full.endswith("\ufffd") and _is_char_boundary(f, len(p)):
             self.prefix_offset = self.read_offset
-            self.read_offset = len(self.token_ids)
-            return full_text[len(prefix_text) :]
+            self.read_offset = len(self.ids)
+            return f[len(p) :].decode()
+        return ""
+
+    def flush(self, tok: Tokenizer) -> str:
+        p, f, _ = self._window(tok)
+        self.prefix_offset = self.read_offset
+        self.read_offset = len(self.ids)
+        if len(f) > len(p) and _is_char_boundary(f, len(p)):
+            # A character left incomplete at the end is dropped, not sent as U+FFFD.
+            return f[len(p) :].decode().rstrip("\ufffd")
         return ""

@@ -1,58 +1,43 @@
-"""Stop strings over streamed text: find a match, and hold back a possible match's start."""
+"""Stop strings over streamed text, as rust-frontend/src/text/stop.rs: the earliest match wins
+(the longest on a tie), and text that could be the start of a match is held back."""
 
 from __future__ import annotations
 
 
-def find_stop(text: str, new_chars: int, stops: list[str]) -> tuple[int, str] | None:
-    """Earliest stop string that ends within the last new_chars characters of text."""
-    best: tuple[int, str] | None = None
-    for stop in stops:
-        start = max(0, len(text) - new_chars - len(stop) + 1)
-        idx = text.find(stop, start)
-        if idx != -1 and (best is None or idx < best[0]):
-            best = (idx, stop)
-    return best
+class StopChecker:
+    """Earliest stop-string match wins (longest on a tie); a possible match's start is held."""
 
-
-def held_back(text: str, stops: list[str]) -> int:
-    """Length of the longest suffix of text that is a proper prefix of some stop string."""
-    longest = 0
-    for stop in stops:
-        for n in range(min(len(stop) - 1, len(text)), longest, -1):
-            if text.endswith(stop[:n]):
-                longest = n
-                break
-    return longest
-
-
-class StopStringChecker:
-    """Accumulates a sequence's text; says what may be released and whether it stopped."""
-
-    def __init__(self, stops: list[str], include_stop_str_in_output: bool) -> None:
-        self.stops = stops
-        self.include = include_stop_str_in_output
+    def __init__(self, stops: list[str], include: bool) -> None:
+        self.stops = [s for s in stops if s]
+        self.include = include
         self.text = ""
-        self.released = 0
-        self.stopped_by: str | None = None
+        self.emitted = 0
 
-    def add(self, delta: str) -> str:
-        """Feed new text; return the part that is safe to emit now."""
+    def push(self, delta: str) -> tuple[str, str | None]:
+        """Returns (text safe to emit, matched stop string or None)."""
+        if not self.stops:
+            return delta, None
         self.text += delta
-        if self.stops:
-            hit = find_stop(self.text, len(delta), self.stops)
-            if hit is not None:
-                idx, stop = hit
-                self.text = self.text[: idx + (len(stop) if self.include else 0)]
-                self.stopped_by = stop
-                return self._release(len(self.text))
-            return self._release(len(self.text) - held_back(self.text, self.stops))
-        return self._release(len(self.text))
+        pending = self.text[self.emitted :]
+        hits = [(p, -len(s), s) for s in self.stops if (p := pending.find(s)) != -1]
+        if hits:
+            p, _, s = min(hits, key=lambda h: (h[0], h[1]))
+            end = p + len(s) if self.include else p
+            self.emitted = len(self.text)
+            return pending[:end], s
+        hold = self._partial_suffix_len(pending)
+        out = pending[: len(pending) - hold]
+        self.emitted += len(out)
+        return out, None
+
+    def _partial_suffix_len(self, pending: str) -> int:
+        for i in range(len(pending)):
+            suffix = pending[i:]
+            if any(len(s) > len(suffix) and s.startswith(suffix) for s in self.stops):
+                return len(pending) - i
+        return 0
 
     def flush(self) -> str:
-        """At the end of the sequence nothing is held back any more."""
-        return self._release(len(self.text))
-
-    def _release(self, upto: int) -> str:
-        out = self.text[self.released : upto] if upto > self.released else ""
-        self.released = max(self.released, upto)
+        out = self.text[self.emitted :]
+        self.emitted = len(self.text)
         return out

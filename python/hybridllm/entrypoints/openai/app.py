@@ -23,7 +23,7 @@ from hybridllm.entrypoints.openai.chat_render import compile_template
 from hybridllm.entrypoints.openai.errors import UNAUTHORIZED, ApiError, internal, not_found
 from hybridllm.entrypoints.openai.metrics import Metrics
 from hybridllm.entrypoints.openai.state import AppState, ServeOptions
-from hybridllm.entrypoints.openai.text_pipeline import Tokenizer
+from hybridllm.text.tokenizer import Tokenizer
 
 logger = logging.getLogger("hybridllm.frontend")
 OPEN_PATHS = ("/health", "/version")

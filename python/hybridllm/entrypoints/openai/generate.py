@@ -14,9 +14,10 @@ from typing import Any
 from hybridllm.entrypoints.engine_client import EngineCallError
 from hybridllm.entrypoints.openai.errors import ApiError, from_engine, internal
 from hybridllm.entrypoints.openai.state import AppState
-from hybridllm.entrypoints.openai.text_pipeline import IncrementalDetokenizer, StopChecker
 from hybridllm.entrypoints.openai.validation import GenParams
 from hybridllm.proto import engine_pb2 as pb
+from hybridllm.text.detokenizer import IncrementalDetokenizer
+from hybridllm.text.stop import StopChecker
 
 logger = logging.getLogger("hybridllm.frontend")
 

@@ -10,8 +10,8 @@ from typing import Any
 from hybridllm.entrypoints.engine_client import EngineClient
 from hybridllm.entrypoints.openai.errors import model_not_found
 from hybridllm.entrypoints.openai.metrics import Metrics
-from hybridllm.entrypoints.openai.text_pipeline import Tokenizer
 from hybridllm.proto import engine_pb2 as pb
+from hybridllm.text.tokenizer import Tokenizer
 
 
 @dataclass

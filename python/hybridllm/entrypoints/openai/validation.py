@@ -11,8 +11,8 @@ from typing import Any
 from hybridllm.entrypoints.openai.errors import bad
 from hybridllm.entrypoints.openai.jsonfmt import rust_display
 from hybridllm.entrypoints.openai.serde_json_compat import debug_str
-from hybridllm.entrypoints.openai.text_pipeline import DecodeOpts
 from hybridllm.proto import engine_pb2 as pb
+from hybridllm.text.tokenizer import DecodeOpts
 
 MAX_LOGPROBS = 20
 U32_MAX = (1 << 32) - 1
