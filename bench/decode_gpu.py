@@ -3,15 +3,19 @@
 Each timed step is one decode token for every sequence of the batch (forward + LM head) over a
 context of --context cached tokens per sequence. Prints tokens/s per batch size and, for
 batch 1, the fraction of the memory-bandwidth roofline: (weight bytes + KV bytes read) per
-step / step time / peak bandwidth. Steps are CUDA-graph replays unless --enforce-eager.
-The step is replayed at a fixed position (the cache slot is rewritten), which costs the same
-as advancing. By default the fused Triton norm / rotary / SiLU kernels replace the torch
-layers (--torch-layers keeps them).
+step / step time / peak bandwidth. Steps are CUDA-graph replays (the engine's DecodeGraphs,
+static-buffer copies included) unless --enforce-eager. The step is replayed at a fixed position
+(the cache slot is rewritten), which costs the same as advancing. By default the model uses
+the fused Triton norm / rotary / SiLU ops (--torch-layers keeps the torch ones).
+
+--runner times the real engine step instead: ModelRunner.execute() on a decode schedule of
+real Sequence objects (host preparation, graph replay, LM head, sampler, token list to host).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import shutil
 import tempfile
 import time
@@ -23,23 +27,12 @@ import torch
 from hybridllm.attention.metadata import AttentionMetadata
 from hybridllm.attention.triton_backend import TritonAttentionBackend
 from hybridllm.kernels.testing import build_metadata
-from hybridllm.models import layers
 from hybridllm.models.config import LlamaConfig
 from hybridllm.models.llama import LlamaForCausalLM
 from hybridllm.models.loader import load_model
+from hybridllm.worker.cuda_graph import DecodeGraphs
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def use_fused_layers() -> None:
-    """Swap the Triton kernels in for models.layers (same signatures; the residual and the
-    rotated q/k are updated in place, which the Llama forward allows)."""
-    from hybridllm.kernels import activation, rms_norm, rotary
-
-    layers.rms_norm = rms_norm.rms_norm
-    layers.add_rms_norm = rms_norm.add_rms_norm
-    layers.silu_and_mul = activation.silu_and_mul
-    layers.apply_rotary = lambda x, pos, cs: rotary.apply_rotary(x, pos, cs, inplace=True)
 
 
 def weight_bytes(model: LlamaForCausalLM) -> int:
@@ -98,18 +91,54 @@ def bench_batch(
 
     if eager or device.type != "cuda":
         return time_steps(step, iters, device)
-    # Warm up (Triton compiles, cuBLAS picks kernels) on a side stream, then capture with
-    # the static input_ids / positions / metadata tensors above.
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            step()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
-    return time_steps(graph.replay, iters, device)
+    # The engine's graph path: one graph of this size, max_seqlen_k bucket = the context
+    # rounded up as max_model_len would be, inputs copied into its static buffers each step.
+    graphs = DecodeGraphs(model, backend, kv_caches, [batch],
+                          max_blocks_per_seq=meta.block_tables.shape[1],
+                          max_seqlen_k=meta.block_tables.shape[1] * block_size)
+    graphs.capture()
+
+    @torch.inference_mode()
+    def graph_step() -> None:
+        hidden = graphs.run(input_ids, positions, meta)
+        out["logits"] = model.compute_logits(hidden)
+
+    return time_steps(graph_step, iters, device)
+
+
+def bench_runner(folder: Path, batches: list[int], context: int, block_size: int,
+                 eager: bool, iters: int, sampled: bool) -> tuple[list[float], bool]:
+    """Seconds per ModelRunner.execute() decode step for each batch size; graphs used?"""
+    from hybridllm.config import EngineArgs
+    from hybridllm.core.scheduler import ScheduledSeq, SchedulerOutput
+    from hybridllm.core.sequence import Request, Sequence
+    from hybridllm.sampling_params import SamplingParams
+    from hybridllm.worker.model_runner import ModelRunner
+
+    blocks_per_seq = -(-(context + 1) // block_size)
+    args = EngineArgs(
+        model=str(folder), load_format="dummy", max_model_len=blocks_per_seq * block_size,
+        max_num_seqs=max(batches), block_size=block_size, enforce_eager=eager,
+        num_gpu_blocks_override=max(batches) * blocks_per_seq, attention_backend="triton",
+    )
+    runner = ModelRunner(args.resolve())
+    params = (SamplingParams(temperature=0.8, top_p=0.95, top_k=50) if sampled
+              else SamplingParams(temperature=0))
+    g = torch.Generator().manual_seed(0)
+    times = []
+    for batch in batches:
+        seqs = []
+        for i in range(batch):
+            ids = torch.randint(0, runner.config.model.vocab_size, (context + 1,), generator=g)
+            seq = Sequence(Request(f"b{i}", None, ids.tolist(), params, 16), 0, None)
+            seq.num_computed_tokens = context
+            seq.block_table = list(range(i * blocks_per_seq, (i + 1) * blocks_per_seq))
+            seqs.append(seq)
+        sched = SchedulerOutput([ScheduledSeq(s, 1) for s in seqs])
+        # execute() ends with the sampled tokens on the host: each step is synchronous.
+        step = functools.partial(runner.execute, sched)
+        times.append(time_steps(step, iters, torch.device("cpu")))
+    return times, runner.graphs is not None
 
 
 def main() -> None:
@@ -122,14 +151,16 @@ def main() -> None:
     parser.add_argument("--peak-bw", type=float, default=4.8e12, help="bytes/s (H200: 4.8e12)")
     parser.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
     parser.add_argument("--torch-layers", action="store_true", help="keep torch norm/rope/act")
+    parser.add_argument("--runner", action="store_true",
+                        help="time ModelRunner.execute() (the engine step) instead")
+    parser.add_argument("--sampled", action="store_true",
+                        help="with --runner: temperature/top-p/top-k rows (GPU sampler)")
     parser.add_argument("--device", default="cuda", help="cpu only for a smoke run under "
                         "TRITON_INTERPRET=1 with a tiny --config")
     args = parser.parse_args()
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("decode_gpu: no CUDA device")
-    if not args.torch_layers:
-        use_fused_layers()
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     batches = [int(b) for b in args.batch_sizes.split(",")]
 
@@ -137,6 +168,13 @@ def main() -> None:
         shutil.copy(args.config, Path(tmp) / "config.json")
         cfg = LlamaConfig.from_folder(tmp)
         model = load_model(Path(tmp), cfg, dtype, device, args.context + 64, load_format="dummy")
+        if args.runner:
+            report_runner(args, Path(tmp), cfg, model, dtype, batches)
+            return
+    if not args.torch_layers:
+        from hybridllm.kernels.ops import triton_ops
+
+        model.set_layer_ops(triton_ops())
     blocks_per_seq = (args.context + 1 + args.block_size - 1) // args.block_size
     num_blocks = max(batches) * blocks_per_seq + 1
     kv_caches = [
@@ -160,6 +198,25 @@ def main() -> None:
             frac = moved / step_s / args.peak_bw
             line += (f"  roofline {frac * 100:5.1f}% ({moved / 1e9:.3f} GB/step, peak "
                      f"{args.peak_bw / 1e12:.1f} TB/s; target >= 60% with CUDA graphs)")
+        print(line, flush=True)
+
+
+def report_runner(args: argparse.Namespace, folder: Path, cfg: LlamaConfig,
+                  model: LlamaForCausalLM, dtype: torch.dtype, batches: list[int]) -> None:
+    w_bytes = weight_bytes(model)
+    del model  # the runner loads its own copy
+    times, graphs = bench_runner(folder, batches, args.context, args.block_size, args.enforce_eager,
+                         args.iters, args.sampled)
+    mode = "cuda-graph" if graphs else "eager"
+    print(f"runner bench: ModelRunner.execute decode steps, {mode}, "
+          f"{'sampled' if args.sampled else 'greedy'}, context {args.context}")
+    for batch, step_s in zip(batches, times):
+        line = (f"runner batch {batch:4d}: step {step_s * 1e3:8.3f} ms  "
+                f"{batch / step_s:10.1f} tokens/s")
+        if batch == 1:
+            moved = w_bytes + kv_bytes(cfg, args.context + 1, dtype)
+            line += (f"  roofline {moved / step_s / args.peak_bw * 100:5.1f}% "
+                     "(engine step, host work included; target >= 60%)")
         print(line, flush=True)
 
 

@@ -1,18 +1,17 @@
-"""End to end: a tiny dummy Llama step over a mixed batch with the Triton kernels swapped in
-for models.layers and the Triton attention backend, vs torch layers + torch backend. fp32,
-so 1e-5 relative to the output scale (the per-kernel differences are ~1e-7)."""
+"""End to end: a tiny dummy Llama step over a mixed batch with the fused Triton layer ops
+(the model's explicit switch) and the Triton attention backend, vs torch layers + torch
+backend. fp32, so 1e-5 relative to the output scale (the per-kernel differences are ~1e-7)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-import pytest
 import torch
 
 from hybridllm.attention.torch_ref import TorchAttentionBackend
 from hybridllm.attention.triton_backend import TritonAttentionBackend
-from hybridllm.kernels import activation, rms_norm, rotary
+from hybridllm.kernels.ops import select_layer_ops, triton_ops
 from hybridllm.kernels.testing import build_metadata
 from hybridllm.models import layers
 from hybridllm.models.config import LlamaConfig
@@ -26,8 +25,13 @@ TINY = {
 }
 
 
-def test_tiny_llama_step(tmp_path: Path, device: torch.device,
-                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_layer_ops_selection() -> None:
+    # The CPU path keeps the torch functions unless attention itself runs in Triton.
+    assert select_layer_ops(torch.device("cpu"), "torch") is layers.TORCH_OPS
+    assert select_layer_ops(torch.device("cpu"), "triton").name == "triton"
+
+
+def test_tiny_llama_step(tmp_path: Path, device: torch.device) -> None:
     (tmp_path / "config.json").write_text(json.dumps(TINY))
     cfg = LlamaConfig.from_folder(tmp_path)
     model = load_model(tmp_path, cfg, torch.float32, device, 128, load_format="dummy")
@@ -47,11 +51,8 @@ def test_tiny_llama_step(tmp_path: Path, device: torch.device,
     with torch.inference_mode():
         ref = model.forward(input_ids, positions, torch_caches, meta, TorchAttentionBackend())
 
-    monkeypatch.setattr(layers, "rms_norm", rms_norm.rms_norm)
-    monkeypatch.setattr(layers, "add_rms_norm", rms_norm.add_rms_norm)
-    monkeypatch.setattr(layers, "silu_and_mul", activation.silu_and_mul)
-    monkeypatch.setattr(layers, "apply_rotary",
-                        lambda x, p, cs: rotary.apply_rotary(x, p, cs, inplace=True))
+    assert model.ops is layers.TORCH_OPS
+    model.set_layer_ops(triton_ops())
     triton_caches = list(caches.clone().unbind(0))
     with torch.inference_mode():
         out = model.forward(input_ids, positions, triton_caches, meta, TritonAttentionBackend())

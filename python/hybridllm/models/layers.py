@@ -1,12 +1,15 @@
 """Building blocks of the Llama family as small pure functions (torch reference versions).
 
-On CUDA the model runner may swap in fused Triton kernels with the same signatures
-(see hybridllm.kernels); these stay the oracle that the kernel tests compare against.
+The model calls them through a `LayerOps` table chosen once at build time: `TORCH_OPS` (these
+functions; the CPU path) or `hybridllm.kernels.ops.triton_ops()` (fused Triton kernels with the
+same results). These stay the oracle that the kernel tests compare against.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -40,6 +43,32 @@ def apply_rotary(
     x1, x2 = x.float().chunk(2, dim=-1)
     out = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
     return out.to(x.dtype)
+
+
+def rotary_qk(
+    q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, cos_sin: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """RoPE on q [T, H, D] and k [T, Hkv, D]; returns new tensors (the fused op may not)."""
+    return apply_rotary(q, positions, cos_sin), apply_rotary(k, positions, cos_sin)
+
+
+@dataclass(frozen=True)
+class LayerOps:
+    """The elementwise ops of a decoder layer. Fused implementations may update add_rms_norm's
+    residual and rotary_qk's q / k in place, so callers must not reuse those inputs."""
+
+    name: str
+    rms_norm: Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]
+    add_rms_norm: Callable[
+        [torch.Tensor, torch.Tensor, torch.Tensor, float], tuple[torch.Tensor, torch.Tensor]
+    ]
+    silu_and_mul: Callable[[torch.Tensor], torch.Tensor]
+    rotary_qk: Callable[
+        [torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]
+    ]
+
+
+TORCH_OPS = LayerOps("torch", rms_norm, add_rms_norm, silu_and_mul, rotary_qk)
 
 
 def rope_inv_freq(head_dim: int, theta: float, scaling: dict | None) -> torch.Tensor:

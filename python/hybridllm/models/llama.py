@@ -14,6 +14,7 @@ from torch import nn
 from hybridllm.attention import AttentionBackend, AttentionMetadata
 from hybridllm.models import layers
 from hybridllm.models.config import LlamaConfig
+from hybridllm.models.layers import LayerOps
 
 
 class LlamaAttention(nn.Module):
@@ -38,10 +39,15 @@ class LlamaAttention(nn.Module):
         kv_cache: torch.Tensor,
         meta: AttentionMetadata,
         backend: AttentionBackend,
+        ops: LayerOps,
     ) -> torch.Tensor:
         q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = layers.apply_rotary(q.view(-1, self.num_heads, self.head_dim), positions, cos_sin)
-        k = layers.apply_rotary(k.view(-1, self.num_kv_heads, self.head_dim), positions, cos_sin)
+        q, k = ops.rotary_qk(
+            q.view(-1, self.num_heads, self.head_dim),
+            k.view(-1, self.num_kv_heads, self.head_dim),
+            positions,
+            cos_sin,
+        )
         v = v.view(-1, self.num_kv_heads, self.head_dim)
         key_cache, value_cache = kv_cache[0], kv_cache[1]
         backend.write_kv(k, v, key_cache, value_cache, meta.slot_mapping)
@@ -55,8 +61,8 @@ class LlamaMLP(nn.Module):
         self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(layers.silu_and_mul(self.gate_up_proj(x)))
+    def forward(self, x: torch.Tensor, ops: LayerOps) -> torch.Tensor:
+        return self.down_proj(ops.silu_and_mul(self.gate_up_proj(x)))
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -77,15 +83,16 @@ class LlamaDecoderLayer(nn.Module):
         kv_cache: torch.Tensor,
         meta: AttentionMetadata,
         backend: AttentionBackend,
+        ops: LayerOps,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if residual is None:
-            residual = x
-            h = layers.rms_norm(x, self.input_layernorm, self.eps)
+            residual = x  # the embedding output, owned by this forward (fused ops update it)
+            h = ops.rms_norm(x, self.input_layernorm, self.eps)
         else:
-            h, residual = layers.add_rms_norm(x, residual, self.input_layernorm, self.eps)
-        h = self.self_attn(h, positions, cos_sin, kv_cache, meta, backend)
-        h, residual = layers.add_rms_norm(h, residual, self.post_attention_layernorm, self.eps)
-        return self.mlp(h), residual
+            h, residual = ops.add_rms_norm(x, residual, self.input_layernorm, self.eps)
+        h = self.self_attn(h, positions, cos_sin, kv_cache, meta, backend, ops)
+        h, residual = ops.add_rms_norm(h, residual, self.post_attention_layernorm, self.eps)
+        return self.mlp(h, ops), residual
 
 
 class LlamaForCausalLM(nn.Module):
@@ -102,6 +109,11 @@ class LlamaForCausalLM(nn.Module):
         )
         cos_sin = layers.rope_cos_sin(cfg.head_dim, max_positions, cfg.rope_theta, cfg.rope_scaling)
         self.register_buffer("cos_sin", cos_sin, persistent=False)
+        # Chosen once after loading (set_layer_ops): torch functions, or fused Triton kernels.
+        self.ops: LayerOps = layers.TORCH_OPS
+
+    def set_layer_ops(self, ops: LayerOps) -> None:
+        self.ops = ops
 
     def forward(
         self,
@@ -114,8 +126,10 @@ class LlamaForCausalLM(nn.Module):
         x = self.embed_tokens(input_ids)
         residual = None
         for layer, kv_cache in zip(self.layers, kv_caches):
-            x, residual = layer(x, residual, positions, self.cos_sin, kv_cache, meta, backend)
-        x, _ = layers.add_rms_norm(x, residual, self.norm, self.cfg.rms_norm_eps)
+            x, residual = layer(
+                x, residual, positions, self.cos_sin, kv_cache, meta, backend, self.ops
+            )
+        x, _ = self.ops.add_rms_norm(x, residual, self.norm, self.cfg.rms_norm_eps)
         return x
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

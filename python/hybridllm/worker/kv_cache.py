@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import torch
 
+from hybridllm.attention import AttentionBackend
 from hybridllm.config import CPU_DEFAULT_KV_CACHE_BYTES, EngineConfig
+from hybridllm.models.llama import LlamaForCausalLM
 
 
 def bytes_per_block(config: EngineConfig, block_size: int) -> int:
@@ -13,9 +15,20 @@ def bytes_per_block(config: EngineConfig, block_size: int) -> int:
     return 2 * m.num_hidden_layers * block_size * m.num_key_value_heads * m.head_dim * element
 
 
-def kv_budget_bytes(config: EngineConfig) -> int:
-    """--kv-cache-memory if given; else on CUDA what --gpu-memory-utilization leaves after the
-    weights and a profiling pass (measured by the caller), on CPU a fixed default."""
+def needs_profile(config: EngineConfig) -> bool:
+    """Only the --gpu-memory-utilization sizing needs the peak of a profiling forward pass."""
+    args = config.args
+    return (
+        config.device.type == "cuda"
+        and args.kv_cache_memory is None
+        and args.num_gpu_blocks_override is None
+    )
+
+
+def kv_budget_bytes(config: EngineConfig, peak_bytes: int | None = None) -> int:
+    """--kv-cache-memory if given; else on CUDA what --gpu-memory-utilization leaves after
+    peak_bytes (weights plus the activations of the caller's profiling pass at
+    max_num_batched_tokens; the allocator's peak if not given), on CPU a fixed default."""
     args = config.args
     if args.kv_cache_memory is not None:
         return args.kv_cache_memory
@@ -23,16 +36,24 @@ def kv_budget_bytes(config: EngineConfig) -> int:
         return CPU_DEFAULT_KV_CACHE_BYTES
     free, total = torch.cuda.mem_get_info(config.device)
     used_by_others = total - free - torch.cuda.memory_reserved(config.device)
-    peak = torch.cuda.max_memory_allocated(config.device)
-    return int(total * args.gpu_memory_utilization - peak - max(used_by_others, 0))
+    peak = torch.cuda.max_memory_allocated(config.device) if peak_bytes is None else peak_bytes
+    budget = int(total * args.gpu_memory_utilization - peak - max(used_by_others, 0))
+    if budget <= 0:
+        raise ValueError(
+            f"no memory left for the KV cache: {peak / 2**30:.2f} GiB peak for weights and "
+            f"activations, {max(used_by_others, 0) / 2**30:.2f} GiB used by other processes, "
+            f"of {total * args.gpu_memory_utilization / 2**30:.2f} GiB allowed. Raise "
+            "--gpu-memory-utilization or lower --max-num-batched-tokens."
+        )
+    return budget
 
 
-def num_kv_blocks(config: EngineConfig) -> int:
+def num_kv_blocks(config: EngineConfig, peak_bytes: int | None = None) -> int:
     args = config.args
     if args.num_gpu_blocks_override is not None:
         blocks = args.num_gpu_blocks_override
     else:
-        blocks = kv_budget_bytes(config) // bytes_per_block(config, args.block_size)
+        blocks = kv_budget_bytes(config, peak_bytes) // bytes_per_block(config, args.block_size)
     if blocks * args.block_size < config.max_model_len:
         raise ValueError(
             f"The model's max seq len ({config.max_model_len}) is larger than the maximum "
@@ -49,3 +70,58 @@ def allocate_kv_caches(config: EngineConfig, num_blocks: int) -> list[torch.Tens
         torch.zeros(shape, dtype=config.dtype, device=config.device)
         for _ in range(m.num_hidden_layers)
     ]
+
+
+def profile_batch(config: EngineConfig) -> list[int]:
+    """Prompt lengths of the largest step the scheduler can form: max_num_batched_tokens
+    spread over as many sequences as it admits, none longer than max_model_len."""
+    sched = config.scheduler
+    tokens = sched.max_num_batched_tokens
+    num_seqs = max(min(sched.max_num_seqs, tokens), -(-tokens // sched.max_model_len))
+    return [tokens // num_seqs + (i < tokens % num_seqs) for i in range(num_seqs)]
+
+
+@torch.inference_mode()
+def profile_peak_bytes(config: EngineConfig, model: LlamaForCausalLM,
+                       backend: AttentionBackend) -> int:
+    """Weights plus the activation peak of one worst-case step: the forward over
+    profile_batch(), LM-head logits and their log_softmax for every row (prompt logprobs can
+    ask for that), and the GPU sampler over one row per sequence with penalties on. Runs on a
+    scratch KV cache just large enough, whose bytes are left out of the peak."""
+    from hybridllm.kernels.sampler import sample
+    from hybridllm.kernels.sampler_ref import SamplingTensors
+    from hybridllm.kernels.testing import build_metadata
+
+    dev, bs = config.device, config.args.block_size
+    lens = profile_batch(config)
+    num_blocks = sum(-(-n // bs) for n in lens)
+    scratch = allocate_kv_caches(config, num_blocks)
+    scratch_bytes = num_blocks * bytes_per_block(config, bs)
+    # A private generator: the block shuffle must not draw from the global RNG.
+    meta = build_metadata([(n, n) for n in lens], bs, num_blocks, dev,
+                          torch.Generator().manual_seed(0))
+    positions = torch.cat([torch.arange(n) for n in lens]).to(dev)
+    input_ids = torch.zeros_like(positions)
+    torch.cuda.synchronize(dev)
+    torch.cuda.reset_peak_memory_stats(dev)
+    hidden = model(input_ids, positions, scratch, meta, backend)
+    model.compute_logits(hidden).log_softmax(dim=-1)
+    logits = model.compute_logits(hidden[meta.cu_seqlens_q[1:].long() - 1])
+    b, vocab = logits.shape
+
+    def full(value: float, dtype: torch.dtype) -> torch.Tensor:
+        return torch.full((b,), value, dtype=dtype, device=dev)
+
+    counts = torch.zeros(b, vocab, dtype=torch.int32, device=dev)
+    sample(logits, SamplingTensors(
+        temperature=full(1.0, torch.float32), top_k=full(50, torch.int32),
+        top_p=full(0.9, torch.float32), min_p=full(0.0, torch.float32),
+        repetition_penalty=full(1.1, torch.float32), presence_penalty=full(0.1, torch.float32),
+        frequency_penalty=full(0.1, torch.float32), seeds=full(0, torch.int64),
+        steps=full(0, torch.int64), prompt_counts=counts, output_counts=counts.clone(),
+    ))
+    torch.cuda.synchronize(dev)
+    peak = torch.cuda.max_memory_allocated(dev) - scratch_bytes
+    del scratch, hidden, logits, counts
+    torch.cuda.empty_cache()
+    return peak

@@ -1,4 +1,9 @@
-"""Runs one scheduled step: flat inputs from the schedule, forward, logits, sampling."""
+"""Runs one scheduled step: flat inputs from the schedule, forward, logits, sampling.
+
+On CUDA: fused Triton layer ops, the KV cache sized after a profiling pass, pure-decode steps
+replayed from CUDA graphs (worker/cuda_graph.py), and the Triton sampler. On CPU: the torch
+layers, torch attention and the torch sampler, exactly as before.
+"""
 
 from __future__ import annotations
 
@@ -10,11 +15,19 @@ from hybridllm.attention import AttentionMetadata, get_attention_backend
 from hybridllm.config import EngineConfig
 from hybridllm.core.scheduler import SchedulerOutput
 from hybridllm.core.sequence import Sequence
+from hybridllm.kernels.ops import select_layer_ops
 from hybridllm.models.loader import load_model
 from hybridllm.outputs import LogprobsDict
 from hybridllm.sampling import Sampler, SamplerOutput
+from hybridllm.sampling.gpu_sampler import GpuSampler
 from hybridllm.sampling.sampler import top_logprobs
-from hybridllm.worker.kv_cache import allocate_kv_caches, num_kv_blocks
+from hybridllm.worker.cuda_graph import DecodeGraphs, capture_sizes
+from hybridllm.worker.kv_cache import (
+    allocate_kv_caches,
+    needs_profile,
+    num_kv_blocks,
+    profile_peak_bytes,
+)
 
 
 @dataclass
@@ -48,10 +61,45 @@ class ModelRunner:
             config.max_model_len, load_format,
         )
         self.backend = get_attention_backend(self.device, config.args.attention_backend)
-        self.num_blocks = num_kv_blocks(config)
-        self.kv_caches = allocate_kv_caches(config, self.num_blocks)
+        self.model.set_layer_ops(select_layer_ops(self.device, self.backend.name))
         m = config.model
-        self.sampler = Sampler(m.vocab_size, m.eos_token_ids, config.args.seed)
+        self.sampler: Sampler | GpuSampler = (
+            GpuSampler(m.vocab_size, m.eos_token_ids, config.args.seed, self.device)
+            if self.device.type == "cuda"
+            else Sampler(m.vocab_size, m.eos_token_ids, config.args.seed)
+        )
+        peak = None
+        if needs_profile(config):
+            peak = profile_peak_bytes(config, self.model, self.backend)
+        self.num_blocks = num_kv_blocks(config, peak)
+        self.kv_caches = allocate_kv_caches(config, self.num_blocks)
+        self.graphs = self._capture_graphs()
+
+    def _capture_graphs(self) -> DecodeGraphs | None:
+        """Decode graphs on CUDA with the Triton backend (the torch backend plans from host
+        values each step, so it cannot be replayed), unless --enforce-eager."""
+        config = self.config
+        if (
+            self.device.type != "cuda"
+            or self.backend.name != "triton"
+            or config.args.enforce_eager
+        ):
+            return None
+        graphs = DecodeGraphs(
+            self.model, self.backend, self.kv_caches,
+            capture_sizes(config.scheduler.max_num_seqs),
+            max_blocks_per_seq=-(-config.max_model_len // self.block_size),
+            max_seqlen_k=config.max_model_len,
+        )
+        graphs.capture()
+        return graphs
+
+    def _tensor(self, values: list[int], dtype: torch.dtype) -> torch.Tensor:
+        if self.device.type == "cuda":
+            # Pinned, so the copy is asynchronous and the host goes on preparing.
+            host = torch.tensor(values, dtype=dtype).pin_memory()
+            return host.to(self.device, non_blocking=True)
+        return torch.tensor(values, dtype=dtype, device=self.device)
 
     def prepare(self, sched: SchedulerOutput) -> ModelInputs:
         bs = self.block_size
@@ -88,20 +136,21 @@ class ModelRunner:
             tables[r, : len(item.seq.block_table)] = torch.tensor(
                 item.seq.block_table, dtype=torch.int32
             )
-        dev = self.device
+        if self.device.type == "cuda":
+            tables = tables.pin_memory().to(self.device, non_blocking=True)
         meta = AttentionMetadata(
-            slot_mapping=torch.tensor(slots, dtype=torch.int64, device=dev),
-            cu_seqlens_q=torch.tensor(cu, dtype=torch.int32, device=dev),
-            seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=dev),
-            block_tables=tables.to(dev),
+            slot_mapping=self._tensor(slots, torch.int64),
+            cu_seqlens_q=self._tensor(cu, torch.int32),
+            seq_lens=self._tensor(seq_lens, torch.int32),
+            block_tables=tables.to(self.device),
             max_seqlen_q=max(q_lens),
             max_seqlen_k=max(seq_lens),
             query_lens_host=q_lens,
             seq_lens_host=seq_lens,
         )
         return ModelInputs(
-            input_ids=torch.tensor(ids, dtype=torch.int64, device=dev),
-            positions=torch.tensor(positions, dtype=torch.int64, device=dev),
+            input_ids=self._tensor(ids, torch.int64),
+            positions=self._tensor(positions, torch.int64),
             meta=meta,
             sample_rows=sample_rows,
             sample_seqs=sample_seqs,
@@ -111,12 +160,19 @@ class ModelRunner:
     @torch.inference_mode()
     def execute(self, sched: SchedulerOutput) -> StepResult:
         inputs = self.prepare(sched)
-        hidden = self.model(
-            inputs.input_ids, inputs.positions, self.kv_caches, inputs.meta, self.backend
-        )
+        if self.graphs is not None and self.graphs.can_run(inputs.meta):
+            hidden = self.graphs.run(inputs.input_ids, inputs.positions, inputs.meta)
+        else:
+            hidden = self.model(
+                inputs.input_ids, inputs.positions, self.kv_caches, inputs.meta, self.backend
+            )
         prompt_logprobs = self._prompt_logprobs(hidden, inputs)
-        if inputs.sample_rows:
-            rows = torch.tensor(inputs.sample_rows, device=self.device)
+        if len(inputs.sample_rows) == hidden.shape[0]:
+            # Every row samples (all decode, or one-token chunks): rows 0..T-1 in order.
+            logits = self.model.compute_logits(hidden)
+            sampled = self.sampler(logits, inputs.sample_seqs)
+        elif inputs.sample_rows:
+            rows = self._tensor(inputs.sample_rows, torch.int64)
             logits = self.model.compute_logits(hidden.index_select(0, rows))
             sampled = self.sampler(logits, inputs.sample_seqs)
         else:
