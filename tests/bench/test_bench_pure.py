@@ -85,3 +85,17 @@ def test_random_prompts_have_the_asked_length(model_path) -> None:
     assert prompts == random_prompts(tok, 8, 64, seed=3) and len(set(prompts)) == 8
     lens = [len(tok.encode(p, add_special_tokens=False).ids) for p in prompts]
     assert all(abs(n - 64) <= 4 for n in lens), lens
+
+
+def test_chunked_decoder_any_split() -> None:
+    from hybridllm.bench.rawhttp import ChunkedDecoder
+
+    body = [b"data: a\n\n", b"x" * 300, b"data: [DONE]\n\n"]
+    wire = b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in body) + b"0\r\n\r\n"
+    for size in (1, 2, 5, 64, len(wire)):
+        dec = ChunkedDecoder()
+        got = b""
+        for i in range(0, len(wire), size):
+            assert not dec.done
+            got += dec.feed(wire[i : i + size])
+        assert dec.done and got == b"".join(body), size

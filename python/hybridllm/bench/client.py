@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from hybridllm.bench.metrics import RequestResult
@@ -40,7 +42,12 @@ class SSEParser:
         return events
 
 
-def make_session(limit: int, api_key: str | None):  # -> aiohttp.ClientSession
+def make_session(limit: int, api_key: str | None, kind: str = "aiohttp",
+                 base_url: str = ""):  # -> aiohttp.ClientSession | RawPool
+    if kind == "raw":
+        from hybridllm.bench.rawhttp import RawPool
+
+        return RawPool(base_url, api_key)
     import aiohttp
 
     connector = aiohttp.TCPConnector(
@@ -80,6 +87,18 @@ def _text_of(choice: dict) -> str:
     return choice.get("text") or ""
 
 
+@asynccontextmanager
+async def _post(session, url: str, payload: bytes) -> AsyncIterator[
+        tuple[int, AsyncIterator[bytes]]]:
+    """(status, body chunks) from an aiohttp session or a RawPool."""
+    if hasattr(session, "post_stream"):
+        async with session.post_stream(url, payload) as out:
+            yield out
+    else:
+        async with session.post(url, data=payload) as resp:
+            yield resp.status, resp.content.iter_any()
+
+
 async def send_request(session, url: str, payload: bytes) -> RequestResult:
     """POST one streaming request; TTFT is the first chunk carrying generated text (a
     role-only first chunk does not count), ITL the gaps between text-bearing chunks, token
@@ -91,12 +110,14 @@ async def send_request(session, url: str, payload: bytes) -> RequestResult:
     chunks = 0
     loads = json.loads
     try:
-        async with session.post(url, data=payload) as resp:
-            if resp.status != 200:
-                body = await resp.text()
-                res.error = f"HTTP {resp.status}: {body[:200]}"
+        async with _post(session, url, payload) as (status, body):
+            if status != 200:
+                text = b""
+                async for data in body:
+                    text += data
+                res.error = f"HTTP {status}: {text[:200].decode(errors='replace')}"
                 return res
-            async for data in resp.content.iter_any():
+            async for data in body:
                 now = time.perf_counter()
                 for event in parser.feed(data):
                     if event == b"[DONE]":

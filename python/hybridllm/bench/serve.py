@@ -50,6 +50,8 @@ def add_load_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ignore-eos", action=argparse.BooleanOptionalAction, default=True,
                         help="Send vLLM's ignore_eos so every request yields --output-len tokens.")
     parser.add_argument("--disable-tqdm", action="store_true")
+    parser.add_argument("--http-client", choices=["aiohttp", "raw"], default="aiohttp",
+                        help="raw: minimal HTTP/1.1 on asyncio streams (less client CPU).")
 
 
 def concurrency_levels(spec: str | None) -> list[int | None]:
@@ -68,13 +70,14 @@ def first_model(base_url: str, api_key: str | None) -> str:
 
 async def _drive(url: str, payloads: list[bytes], arrivals: list[float],
                  concurrency: int | None, api_key: str | None, progress: bool,
-                 meter: CpuMeter) -> tuple[list[RequestResult], float, dict]:
+                 meter: CpuMeter, client: str = "aiohttp",
+                 ) -> tuple[list[RequestResult], float, dict]:
     from tqdm import tqdm
 
     from hybridllm.bench.client import make_session, send_request
 
     limit = concurrency or len(payloads)
-    async with make_session(limit, api_key) as session:
+    async with make_session(limit, api_key, client, url) as session:
         test = await send_request(session, url, payloads[0])  # warm-up, also a sanity check
         if not test.success:
             raise SystemExit(f"bench: test request failed: {test.error}")
@@ -101,12 +104,12 @@ async def _drive(url: str, payloads: list[bytes], arrivals: list[float],
 
 def run_level(url: str, payloads: list[bytes], rate: float, concurrency: int | None, seed: int,
               api_key: str | None = None, progress: bool = True,
-              pids: dict[str, list[int]] | None = None) -> dict:
+              pids: dict[str, list[int]] | None = None, client: str = "aiohttp") -> dict:
     """One load level; the summary dict (also what --result-json stores per level)."""
     arrivals = poisson_arrivals(len(payloads), rate, seed)
     meter = CpuMeter(pids)
     results, duration, cpu = asyncio.run(
-        _drive(url, payloads, arrivals, concurrency, api_key, progress, meter))
+        _drive(url, payloads, arrivals, concurrency, api_key, progress, meter, client))
     summary = summarize_results(results, duration)
     return {"max_concurrency": concurrency, "request_rate": rate,
             "num_prompts": len(payloads)} | summary | {"cpu": cpu}
@@ -184,7 +187,8 @@ def sweep(args: argparse.Namespace, base_url: str, model: str,
     runs = []
     for conc in concurrency_levels(args.max_concurrency):
         s = run_level(base_url + args.endpoint, payloads, args.request_rate, conc, args.seed,
-                      getattr(args, "api_key", None), not args.disable_tqdm, pids)
+                      getattr(args, "api_key", None), not args.disable_tqdm, pids,
+                      args.http_client)
         print_summary(s)
         runs.append(s)
     return runs
