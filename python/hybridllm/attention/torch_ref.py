@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from hybridllm.attention.metadata import AttentionMetadata
+from hybridllm.kernels import cpu_paged_decode
 
 
 def write_kv_reference(
@@ -39,6 +40,8 @@ class _DecodePlan:
     """What every layer's decode attention needs; built once per step, not once per layer."""
 
     q_rows: torch.Tensor  # [b] flat query row of each single-token sequence
+    tables: torch.Tensor  # [b, max_blocks] int32 block tables of those sequences
+    lens: torch.Tensor  # [b] int32 their key counts
     blocks: torch.Tensor  # [b * nb] physical blocks to gather, nb = blocks of the longest
     num_blocks: int
     mask: torch.Tensor  # [b, 1, 1, nb * block_size] key position < seq_len
@@ -65,10 +68,13 @@ def _decode_plan(
     nb = -(-max_len // block_size)
     seq_idx = torch.tensor([r[0] for r in rows], device=device)
     lens = torch.tensor([r[2] for r in rows], device=device)
-    blocks = meta.block_tables.index_select(0, seq_idx)[:, :nb].reshape(-1).long()
+    tables = meta.block_tables.index_select(0, seq_idx)
+    blocks = tables[:, :nb].reshape(-1).long()
     mask = torch.arange(nb * block_size, device=device)[None, :] < lens[:, None]
     return _DecodePlan(
         q_rows=torch.tensor([r[1] for r in rows], device=device),
+        tables=tables,
+        lens=lens.to(torch.int32),
         blocks=blocks,
         num_blocks=nb,
         mask=mask[:, None, None, :],
@@ -76,7 +82,8 @@ def _decode_plan(
 
 
 class TorchAttentionBackend:
-    """Decode rows batched over keys gathered into reused buffers; prefill rows one by one.
+    """Decode rows through the C++ paged kernel (fp32 CPU), else batched over keys gathered
+    into reused buffers; prefill rows one by one.
 
     The gather goes into buffers kept across layers and steps: on CPU a fresh multi-megabyte
     tensor per layer costs more in page faults than the copy itself.
@@ -84,8 +91,18 @@ class TorchAttentionBackend:
 
     name = "torch"
 
-    def __init__(self) -> None:
+    def __init__(self, use_kernel: bool = True) -> None:
         self._buffers: dict[str, torch.Tensor] = {}
+        self.use_kernel = use_kernel
+
+    def _use_kernel(self, q: torch.Tensor, cache: torch.Tensor) -> bool:
+        """The C++ decode kernel where it applies (fp32 on CPU) and could be built."""
+        return (
+            self.use_kernel
+            and q.device.type == "cpu"
+            and q.dtype == cache.dtype == torch.float32
+            and cpu_paged_decode.load() is not None
+        )
 
     def write_kv(
         self,
@@ -111,6 +128,14 @@ class TorchAttentionBackend:
         decode, prefill = _split_batch(meta)
         if decode:
             plan = self._plan_for(meta, decode, key_cache)
+            q = query.index_select(0, plan.q_rows)
+            if self._use_kernel(q, key_cache):
+                o = cpu_paged_decode.paged_decode(
+                    q, key_cache, value_cache, plan.tables, plan.lens, scale
+                )
+                out.index_copy_(0, plan.q_rows, o)
+                decode = []
+        if decode:
             k = self._gather("k", key_cache, plan)
             v = self._gather("v", value_cache, plan)
             q = query.index_select(0, plan.q_rows).unsqueeze(2)  # [b, H, 1, D]
@@ -188,4 +213,6 @@ def paged_attention_reference(
     scale: float,
 ) -> torch.Tensor:
     """Causal attention of each sequence's query rows over its cached keys (GQA by grouping)."""
-    return TorchAttentionBackend().forward(query, key_cache, value_cache, meta, scale)
+    return TorchAttentionBackend(use_kernel=False).forward(
+        query, key_cache, value_cache, meta, scale
+    )
