@@ -1,6 +1,8 @@
-"""Start and stop local servers for the benchmark drivers: the Rust frontend (`hybridllm serve
---rust-frontend`: supervisor, engine worker, Rust frontend) or the Python frontend (FastAPI,
-engine in-process), on a free port, with their process ids for CPU accounting."""
+"""Start and stop local servers for the benchmark drivers, on a free port, with their process
+ids for CPU accounting: `rust` (`hybridllm serve --rust-frontend`: supervisor, engine worker,
+Rust frontend), `python` (the FastAPI frontend with the engine in-process, what `hybridllm
+serve` runs by default) or `python-grpc` (the FastAPI frontend over the same gRPC engine
+worker as Rust: the two frontends compared with everything else equal)."""
 
 from __future__ import annotations
 
@@ -51,6 +53,7 @@ class Server:
     base_url: str
     log_path: str
     pids: dict[str, list[int]] = field(default_factory=dict)
+    others: list[subprocess.Popen] = field(default_factory=list)  # stopped after proc
 
     def find_pids(self) -> None:
         """Name the processes of the tree: frontend, worker (Rust path) or server (Python)."""
@@ -62,21 +65,30 @@ class Server:
         if self.name == "python":
             self.pids = {"server": tree}
             return
+        if self.name == "python-grpc":
+            self.pids = {"frontend": tree, "worker": [p.pid for p in self.others]}
+            return
         self.pids = {"frontend": [p for p in tree if "hybridllm-frontend" in _cmdline(p)],
                      "worker": [p for p in tree if " worker " in _cmdline(p)],
                      "supervisor": [self.proc.pid]}
 
     def stop(self, timeout: float = 30.0) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        for proc in (self.proc, *self.others):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
 
 
-def server_argv(kind: str, port: int, engine_flags: list[str]) -> list[str]:
+def server_argv(kind: str, port: int, engine_flags: list[str],
+                engine_address: str = "") -> list[str]:
+    if kind == "python-grpc":
+        return [sys.executable, "-m", "hybridllm.entrypoints.openai", "--host", "127.0.0.1",
+                "--port", str(port), "--disable-log-requests", "--connect-engine",
+                engine_address]
     if kind == "rust":
         return [sys.executable, "-m", "hybridllm.cli.main", "serve", "--rust-frontend",
                 "--host", "127.0.0.1", "--port", str(port), *engine_flags]
@@ -90,14 +102,20 @@ def start_server(kind: str, engine_flags: list[str], timeout: float = 300.0) -> 
     port = free_port()
     log = tempfile.NamedTemporaryFile(prefix=f"hybridllm-bench-{kind}-", suffix=".log",
                                       delete=False)
-    proc = subprocess.Popen(server_argv(kind, port, engine_flags), stdout=log,
+    others, address = [], ""
+    if kind == "python-grpc":
+        address = "unix://" + os.path.join(tempfile.mkdtemp(prefix="hybridllm-"), "engine.sock")
+        others.append(subprocess.Popen(
+            [sys.executable, "-m", "hybridllm.cli.main", "worker", "--engine-address", address,
+             *engine_flags], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
+    proc = subprocess.Popen(server_argv(kind, port, engine_flags, address), stdout=log,
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    server = Server(kind, proc, f"http://127.0.0.1:{port}", log.name)
+    server = Server(kind, proc, f"http://127.0.0.1:{port}", log.name, others=others)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{kind} server exited with {proc.returncode}; log:\n"
-                               + _tail(log.name))
+        if any(p.poll() is not None for p in (proc, *others)):
+            server.stop()
+            raise RuntimeError(f"{kind} server exited; log:\n" + _tail(log.name))
         try:
             with urllib.request.urlopen(server.base_url + "/v1/models", timeout=2) as r:
                 if r.status == 200:
