@@ -13,6 +13,53 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Instant;
 
+/// A Generate call that ends cleanly whatever happens to its consumer. Dropped before the
+/// engine finished (stop string, client gone), it asks the engine to abort; either way it reads
+/// the call to its end in the background. Simply dropping a live call would reset its HTTP/2
+/// stream, and after ~1000 resets h2 closes the whole connection (GOAWAY), failing every
+/// request in flight on it.
+struct EngineCall {
+    stream: Option<tonic::Streaming<pb::GenerateResponse>>,
+    engine: crate::engine_client::EngineClient,
+    request_id: String,
+    engine_finished: bool,
+}
+
+impl EngineCall {
+    fn mark_engine_finished(&mut self, finished: bool) {
+        self.engine_finished = finished;
+    }
+
+    async fn message(&mut self) -> Result<Option<pb::GenerateResponse>, tonic::Status> {
+        match self.stream.as_mut() {
+            Some(stream) => stream.message().await,
+            None => Ok(None),
+        }
+    }
+}
+
+impl Drop for EngineCall {
+    fn drop(&mut self) {
+        let (Some(mut stream), Ok(runtime)) =
+            (self.stream.take(), tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        let abort = (!self.engine_finished).then(|| (self.engine.clone(), self.request_id.clone()));
+        runtime.spawn(async move {
+            if let Some((mut engine, id)) = abort {
+                let _ = engine
+                    .abort(pb::AbortRequest {
+                        request_ids: vec![id],
+                    })
+                    .await;
+            }
+            let drain = async { while let Ok(Some(_)) = stream.message().await {} };
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(60), drain).await;
+        });
+    }
+}
+
 pub struct GenRequest {
     pub request_id: String,
     pub prompt_ids: Vec<u32>,
@@ -213,11 +260,18 @@ pub async fn generate(
         sampling_params: Some(sampling),
     };
     let mut client = state.engine.clone();
-    let mut stream = client
-        .generate(grpc_req)
-        .await
-        .map_err(ApiError::from_status)?
-        .into_inner();
+    let mut stream = EngineCall {
+        stream: Some(
+            client
+                .generate(grpc_req)
+                .await
+                .map_err(ApiError::from_status)?
+                .into_inner(),
+        ),
+        engine: state.engine.clone(),
+        request_id: req.request_id.clone(),
+        engine_finished: false,
+    };
     let first = match stream.message().await {
         Ok(Some(m)) => m,
         Ok(None) => {
@@ -243,7 +297,6 @@ pub async fn generate(
         start,
         last_token: None,
     };
-    let request_id = req.request_id;
     Ok(async_stream::stream! {
         let _guard = guard;
         let mut msg = first;
@@ -261,14 +314,9 @@ pub async fn generate(
                 Err(s) => { yield Err(ApiError::from_status(s)); break; }
             }
         }
-        // Stop strings end a request the worker still runs: abort it explicitly (dropping
-        // the stream below also cancels it; the explicit Abort frees its KV blocks sooner).
-        drop(stream);
-        if !proc.seqs.iter().all(|s| s.engine_finished) {
-            let mut c = state.engine.clone();
-            let ids = vec![request_id];
-            tokio::spawn(async move { let _ = c.abort(pb::AbortRequest { request_ids: ids }).await; });
-        }
+        // Dropping `stream` (here, or mid-await when the client goes away) aborts the request
+        // if the engine still runs it and closes the call cleanly (see EngineCall).
+        stream.mark_engine_finished(proc.seqs.iter().all(|s| s.engine_finished));
     })
 }
 
