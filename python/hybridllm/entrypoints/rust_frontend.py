@@ -51,7 +51,7 @@ def find_frontend_binary() -> Path:
 def bind_listen_socket(host: str, port: int) -> socket.socket:
     """Bind (without listening) so the port is ours from now on; the child listens."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     sock.set_inheritable(True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -168,6 +169,10 @@ def _bind_address(address: str) -> str:
 async def serve(engine: AsyncLLMEngine, address: str, served_model_name: str,
                 shutdown_timeout: float) -> int:
     """Serve until SIGTERM/SIGINT (exit 0) or until the engine loop dies (exit 1)."""
+    # Everything built so far (model, tokenizer, engine) lives as long as the process: keep it
+    # out of the garbage collector's passes, which otherwise rescan it on every collection.
+    gc.collect()
+    gc.freeze()
     server = grpc.aio.server(options=GRPC_OPTIONS)
     pb_grpc.add_EngineServicer_to_server(EngineServicer(engine, served_model_name), server)
     server.add_insecure_port(_bind_address(address))

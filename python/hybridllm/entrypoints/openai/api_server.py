@@ -112,7 +112,9 @@ def _listener(args: argparse.Namespace) -> socket.socket:
         sock = socket.socket(fileno=args.listen_fd)
     else:
         family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted connections only then,
+        # and without it Nagle holds small SSE chunks back by up to 40 ms.
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((args.host, args.port))
     sock.listen(2048)
