@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -14,53 +15,125 @@ namespace {
 
 constexpr int64_t kLanes = 16;
 
-// A dot product in kLanes independent partial sums: the compiler vectorizes this without
-// -ffast-math (a single running sum would pin it to scalar order).
-inline float dot(const float* a, const float* b, int64_t n) {
-  float acc[kLanes] = {0.f};
-  int64_t d = 0;
-  for (; d + kLanes <= n; d += kLanes) {
-    for (int64_t j = 0; j < kLanes; ++j) acc[j] += a[d + j] * b[d + j];
-  }
-  float sum = 0.f;
-  for (int64_t j = 0; j < kLanes; ++j) sum += acc[j];
-  for (; d < n; ++d) sum += a[d] * b[d];
-  return sum;
+// exp(x) for x <= 0 in a form the compiler vectorizes (libm's expf is a scalar call per
+// element): x = n ln2 + r, exp(r) by a degree-6 polynomial (Cephes' expf coefficients,
+// ~1 ulp on |r| <= ln2/2), times 2^n built in the exponent bits.
+inline float exp_nonpositive(float x) {
+  x = std::max(x, -87.0f);  // below this exp underflows; its weight in a softmax is 0 anyway
+  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
+  const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
 }
 
-// out[i, h*G + g, :] = softmax(scale * q . K_i) V_i for the G query heads of kv head h.
-void decode_one(const float* q, const float* kc, const float* vc, const int32_t* table,
-                int64_t len, int64_t block_size, int64_t num_kv, int64_t head, int64_t group,
-                int64_t dim, float scale, float* out, std::vector<float>& scores) {
-  scores.assign(group * len, 0.f);
-  const int64_t token_stride = num_kv * dim;
-  for (int64_t t = 0; t < len; ++t) {
-    const int64_t slot = int64_t(table[t / block_size]) * block_size + t % block_size;
-    const float* k = kc + slot * token_stride + head * dim;
-    for (int64_t g = 0; g < group; ++g) {
-      scores[g * len + t] = dot(q + g * dim, k, dim) * scale;
+// scores[g] = scale * (q_g . k) for the G query heads sharing one kv head: each key row is
+// loaded once for all G. Partial sums in kLanes lanes so the compiler vectorizes the loop.
+template <int G>
+inline void dot_group(const float* q, const float* k, int64_t dim, float scale, float* scores,
+                      int64_t stride) {
+  float acc[G][kLanes] = {};
+  int64_t d = 0;
+  for (; d + kLanes <= dim; d += kLanes) {
+    for (int g = 0; g < G; ++g) {
+      for (int64_t j = 0; j < kLanes; ++j) acc[g][j] += q[g * dim + d + j] * k[d + j];
     }
   }
-  for (int64_t g = 0; g < group; ++g) {
-    float* s = scores.data() + g * len;
+  for (int g = 0; g < G; ++g) {
+    float sum = 0.f;
+    for (int64_t j = 0; j < kLanes; ++j) sum += acc[g][j];
+    for (int64_t e = d; e < dim; ++e) sum += q[g * dim + e] * k[e];
+    scores[g * stride] = sum * scale;
+  }
+}
+
+inline void dot_any(const float* q, const float* k, int64_t dim, int64_t group, float scale,
+                    float* scores, int64_t stride) {
+  for (int64_t g = 0; g < group; ++g) dot_group<1>(q + g * dim, k, dim, scale, scores + g * stride, 0);
+}
+
+inline void prefetch_row(const float* row, int64_t floats) {
+  for (int64_t f = 0; f < floats; f += 16) __builtin_prefetch(row + f);  // 64-byte lines
+}
+
+// out[i, :, :] = softmax(scale * q . K_i) V_i for every head of one sequence. Each token's
+// keys (all kv heads) are one contiguous row, read once for all heads, block after block:
+// sequential within a block, which the hardware prefetcher follows.
+template <int G>
+void decode_one(const float* q, const float* kc, const float* vc, const int32_t* table,
+                int64_t len, int64_t block_size, int64_t num_kv, int64_t group, int64_t dim,
+                float scale, float* out, std::vector<float>& scores) {
+  const int64_t heads = num_kv * group, token_stride = num_kv * dim;
+  scores.resize(heads * len);
+  for (int64_t start = 0; start < len; start += block_size) {
+    const float* row = kc + int64_t(table[start / block_size]) * block_size * token_stride;
+    const int64_t n = std::min(block_size, len - start);
+    // Blocks are scattered: start fetching the next one while this one is computed.
+    const float* next = start + block_size < len
+        ? kc + int64_t(table[start / block_size + 1]) * block_size * token_stride
+        : nullptr;
+    for (int64_t j = 0; j < n; ++j, row += token_stride) {
+      if (next != nullptr) prefetch_row(next + j * token_stride, token_stride);
+      for (int64_t h = 0; h < num_kv; ++h) {
+        float* dst = scores.data() + h * group * len + start + j;
+        if constexpr (G > 0) {
+          dot_group<G>(q + h * G * dim, row + h * dim, dim, scale, dst, len);
+        } else {
+          dot_any(q + h * group * dim, row + h * dim, dim, group, scale, dst, len);
+        }
+      }
+    }
+  }
+  for (int64_t r = 0; r < heads; ++r) {
+    float* s = scores.data() + r * len;
     const float mx = *std::max_element(s, s + len);
     float sum = 0.f;
     for (int64_t t = 0; t < len; ++t) {
-      s[t] = std::exp(s[t] - mx);
+      s[t] = exp_nonpositive(s[t] - mx);
       sum += s[t];
     }
     const float inv = 1.f / sum;
     for (int64_t t = 0; t < len; ++t) s[t] *= inv;
   }
-  std::fill(out, out + group * dim, 0.f);
-  for (int64_t t = 0; t < len; ++t) {
-    const int64_t slot = int64_t(table[t / block_size]) * block_size + t % block_size;
-    const float* v = vc + slot * token_stride + head * dim;
-    for (int64_t g = 0; g < group; ++g) {
-      const float p = scores[g * len + t];
-      float* o = out + g * dim;
-      for (int64_t d = 0; d < dim; ++d) o[d] += p * v[d];
+  std::fill(out, out + heads * dim, 0.f);
+  for (int64_t start = 0; start < len; start += block_size) {
+    const float* row = vc + int64_t(table[start / block_size]) * block_size * token_stride;
+    const int64_t n = std::min(block_size, len - start);
+    const float* next = start + block_size < len
+        ? vc + int64_t(table[start / block_size + 1]) * block_size * token_stride
+        : nullptr;
+    for (int64_t j = 0; j < n; ++j, row += token_stride) {
+      if (next != nullptr) prefetch_row(next + j * token_stride, token_stride);
+      for (int64_t r = 0; r < heads; ++r) {
+        const float p = scores[r * len + start + j];
+        const float* v = row + (r / group) * dim;
+        float* o = out + r * dim;
+        for (int64_t d = 0; d < dim; ++d) o[d] += p * v[d];
+      }
     }
+  }
+}
+
+using DecodeFn = void (*)(const float*, const float*, const float*, const int32_t*, int64_t,
+                          int64_t, int64_t, int64_t, int64_t, float, float*,
+                          std::vector<float>&);
+
+DecodeFn pick(int64_t group) {
+  switch (group) {
+    case 1: return decode_one<1>;
+    case 2: return decode_one<2>;
+    case 3: return decode_one<3>;
+    case 4: return decode_one<4>;
+    case 8: return decode_one<8>;
+    default: return decode_one<0>;  // any other group size, one query head at a time
   }
 }
 
@@ -86,13 +159,12 @@ torch::Tensor paged_decode(torch::Tensor query, torch::Tensor key_cache, torch::
   const int32_t* tables = block_tables.data_ptr<int32_t>();
   const int32_t* lens = seq_lens.data_ptr<int32_t>();
   float* o = out.data_ptr<float>();
-  at::parallel_for(0, batch * num_kv, 1, [&](int64_t begin, int64_t end) {
+  const DecodeFn decode_one_seq = pick(group);
+  at::parallel_for(0, batch, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores;
-    for (int64_t work = begin; work < end; ++work) {
-      const int64_t i = work / num_kv, h = work % num_kv;
-      const int64_t row = (i * heads + h * group) * dim;
-      decode_one(q + row, kc, vc, tables + i * max_blocks, lens[i], block_size, num_kv, h,
-                 group, dim, float(scale), o + row, scores);
+    for (int64_t i = begin; i < end; ++i) {
+      decode_one_seq(q + i * heads * dim, kc, vc, tables + i * max_blocks, lens[i], block_size,
+                     num_kv, group, dim, float(scale), o + i * heads * dim, scores);
     }
   });
   return out;
