@@ -21,6 +21,7 @@ from hybridllm.outputs import LogprobsDict
 from hybridllm.sampling import Sampler, SamplerOutput
 from hybridllm.sampling.gpu_sampler import GpuSampler
 from hybridllm.sampling.sampler import top_logprobs
+from hybridllm.worker.cpu_env import keep_freed_memory
 from hybridllm.worker.cuda_graph import DecodeGraphs, capture_sizes
 from hybridllm.worker.kv_cache import (
     allocate_kv_caches,
@@ -54,6 +55,8 @@ class ModelRunner:
         self.config = config
         self.device = config.device
         self.block_size = config.args.block_size
+        if self.device.type == "cpu":
+            keep_freed_memory()
         torch.manual_seed(config.args.seed)
         load_format = "dummy" if config.args.load_format == "dummy" else "safetensors"
         self.model = load_model(
