@@ -24,13 +24,15 @@ from typing import Any
 import httpx
 import pytest
 
+from hybridllm.models.resolve import DEFAULT_MODEL, cache_dir
+
 MODES = ("py-inproc", "py-grpc", "rust")
 API_KEY = "sk-conformance"
 MAX_MODEL_LEN = 512
 ENGINE_FLAGS = ["--max-model-len", str(MAX_MODEL_LEN), "--kv-cache-memory", str(64 << 20),
                 "--max-num-seqs", "8"]
-MODEL = Path(os.environ.get("HYBRIDLLM_TEST_MODEL",
-                            Path.home() / ".cache/hybridllm/models/SmolLM2-135M-Instruct"))
+# The bundled model's converted folder; the `servers` fixture makes sure it exists.
+MODEL = cache_dir() / "models" / DEFAULT_MODEL
 BIN = Path(sys.executable).parent
 
 
@@ -106,9 +108,10 @@ def _wait(server: Server, deadline: float, logdir: Path) -> None:
 
 
 @pytest.fixture(scope="session")
-def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Server]]:
-    if not (MODEL / "tokenizer.json").exists():
-        pytest.skip(f"model folder {MODEL} not present")
+def servers(
+    tmp_path_factory: pytest.TempPathFactory, model_path: Path
+) -> Iterator[dict[str, Server]]:
+    assert model_path == MODEL.resolve()
     logdirs = {m: tmp_path_factory.mktemp(m) for m in MODES}
     started = {m: _start(m, logdirs[m]) for m in MODES}  # all load in parallel
     try:

@@ -9,9 +9,10 @@ from hybridllm.attention.metadata import AttentionMetadata
 from hybridllm.attention.torch_ref import paged_attention_reference
 from hybridllm.kernels import cpu_paged_decode
 
-pytestmark = pytest.mark.skipif(
-    cpu_paged_decode.load() is None, reason="no C++ compiler to build the CPU kernel"
-)
+
+def test_kernel_builds() -> None:
+    """The set-up installs what the build needs (g++ from the OS, ninja from PyPI)."""
+    assert cpu_paged_decode.load() is not None
 
 
 @pytest.mark.parametrize("heads, kv_heads, dim", [(9, 3, 64), (4, 4, 32), (6, 2, 24)])

@@ -11,12 +11,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-MODEL_DIR = Path(
-    os.environ.get(
-        "HYBRIDLLM_TEST_MODEL",
-        Path.home() / ".cache/hybridllm/models/SmolLM2-135M-Instruct",
-    )
-)
 
 
 def _find_binary() -> str | None:
@@ -38,10 +32,9 @@ def frontend_bin() -> str:
 
 
 @pytest.fixture(scope="session")
-def model_dir() -> Path:
-    if not (MODEL_DIR / "tokenizer.json").exists():
-        pytest.skip(f"model folder {MODEL_DIR} not present")
-    return MODEL_DIR
+def model_dir(model_path: Path) -> Path:
+    """The bundled model's folder (converted on first use; see tests/conftest.py)."""
+    return model_path
 
 
 @pytest.fixture(scope="session")

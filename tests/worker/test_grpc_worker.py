@@ -38,9 +38,8 @@ async def test_stream_equals_offline_generate(worker: str, model_path) -> None:
     assert finish == {0: pb.FINISH_REASON_LENGTH}
     assert messages[0].prompt.prompt_tokens == len(PROMPT_IDS)
     assert not messages[1].HasField("prompt")
-    # Streamed: several messages (one per step, fewer if the reader falls behind), logprobs
-    # alongside each token.
-    assert 1 < len(messages) <= 24
+    # Streamed: one token per message (one step each), logprobs alongside each token.
+    assert len(messages) == 24
     lps = [lp for m in messages for s in m.sequences for lp in s.logprobs]
     assert [lp.token.token_id for lp in lps] == tokens[0]
     assert all(len(lp.top) == 2 and lp.top[0].rank == 1 for lp in lps)

@@ -71,10 +71,6 @@ class AsyncLLMEngine:
         try:
             while True:
                 item = await queue.get()
-                # Outputs are cumulative: a consumer that fell behind takes only the newest,
-                # so one message carries several steps' tokens instead of one each.
-                while not isinstance(item, BaseException) and not queue.empty():
-                    item = queue.get_nowait()
                 if isinstance(item, BaseException):
                     raise item
                 finished = item.finished
