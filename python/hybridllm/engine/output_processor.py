@@ -46,16 +46,20 @@ class OutputProcessor:
         emitted, matched = state.stops.push(state.detok.push(self.tokenizer, new))
         state.text += emitted
         if matched is None and seq.is_finished:
-            emitted, matched = state.stops.push(state.detok.flush(self.tokenizer))
-            state.text += emitted + (state.stops.flush() if matched is None else "")
+            matched = self._flush(state)
         return matched
 
     def finish_text(self, seq: Sequence) -> None:
-        """The sequence ended without a new token (length, abort): release what was held."""
+        """The sequence ended for its length after its token was added: release what was held."""
         state = self._text.get(seq.seq_id)
         if state is not None:
-            emitted, matched = state.stops.push(state.detok.flush(self.tokenizer))
-            state.text += emitted + (state.stops.flush() if matched is None else "")
+            self._flush(state)
+
+    def _flush(self, state: _TextState) -> str | None:
+        """End of the sequence: the detokenizer's and the stop checker's held-back text."""
+        emitted, matched = state.stops.push(state.detok.flush(self.tokenizer))
+        state.text += emitted + (state.stops.flush() if matched is None else "")
+        return matched
 
     def text_of(self, seq: Sequence) -> str:
         state = self._text.get(seq.seq_id)

@@ -49,7 +49,10 @@ def find_frontend_binary() -> Path:
 
 
 def bind_listen_socket(host: str, port: int) -> socket.socket:
-    """Bind (without listening) so the port is ours from now on; the child listens."""
+    """Bind (without listening) so the port is ours from now on; the server listens.
+
+    IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted connections only then, and
+    without it Nagle holds small SSE chunks back by up to 40 ms (Python frontend)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

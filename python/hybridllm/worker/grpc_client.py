@@ -16,14 +16,9 @@ from hybridllm.worker.grpc_server import GRPC_OPTIONS
 from hybridllm.worker.proto_convert import sampling_params_to_proto
 
 
-def grpc_target(address: str) -> str:
-    """Our addresses are unix:///path or host:port; grpc wants unix:/// or plain host:port."""
-    return address
-
-
 class EngineGrpcClient:
     def __init__(self, address: str) -> None:
-        self.channel = grpc.aio.insecure_channel(grpc_target(address), options=GRPC_OPTIONS)
+        self.channel = grpc.aio.insecure_channel(address, options=GRPC_OPTIONS)
         self.stub = pb_grpc.EngineStub(self.channel)
 
     async def generate(

@@ -44,10 +44,9 @@ class EngineServicer(pb_grpc.EngineServicer):
         rid = request.request_id
         try:
             params = sampling_params_from_proto(request.sampling_params)
-            ids = list(request.prompt_token_ids)
-            self.engine.engine.validate_prompt(ids)
         except ValueError as e:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        ids = list(request.prompt_token_ids)  # validated by the engine as the stream starts
         sent = [0] * params.n
         first = True
         try:

@@ -16,6 +16,7 @@ import socket
 from typing import Any
 
 from hybridllm.entrypoints.openai.app import build_app
+from hybridllm.entrypoints.rust_frontend import bind_listen_socket
 
 logger = logging.getLogger("hybridllm.frontend")
 
@@ -111,12 +112,7 @@ def _listener(args: argparse.Namespace) -> socket.socket:
     if args.listen_fd is not None:
         sock = socket.socket(fileno=args.listen_fd)
     else:
-        family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
-        # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted connections only then,
-        # and without it Nagle holds small SSE chunks back by up to 40 ms.
-        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((args.host, args.port))
+        sock = bind_listen_socket(args.host, args.port)
     sock.listen(2048)
     sock.setblocking(False)
     return sock
