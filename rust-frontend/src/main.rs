@@ -3,6 +3,7 @@ mod auth;
 mod cli;
 mod config;
 mod engine_client;
+mod engine_mux;
 mod errors;
 mod metrics;
 mod openai;

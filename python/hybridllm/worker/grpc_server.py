@@ -12,16 +12,11 @@ from collections.abc import AsyncIterator
 import grpc
 
 from hybridllm.engine.async_llm_engine import AsyncLLMEngine, EngineDeadError
-from hybridllm.outputs import RequestOutput
 from hybridllm.proto import engine_pb2 as pb
 from hybridllm.proto import engine_pb2_grpc as pb_grpc
-from hybridllm.sampling_params import SamplingParams
-from hybridllm.worker.proto_convert import (
-    FINISH_REASONS,
-    first_position,
-    position_logprobs,
-    sampling_params_from_proto,
-)
+from hybridllm.worker.generate_stream import GenerateStreamCall
+from hybridllm.worker.proto_convert import sampling_params_from_proto
+from hybridllm.worker.responses import ResponseBuilder
 
 logger = logging.getLogger("hybridllm.worker")
 
@@ -37,6 +32,8 @@ class EngineServicer(pb_grpc.EngineServicer):
     def __init__(self, engine: AsyncLLMEngine, served_model_name: str) -> None:
         self.engine = engine
         self.served_model_name = served_model_name
+        self.calls: set[GenerateStreamCall] = set()
+        self.draining = False
 
     async def Generate(  # noqa: N802 - gRPC method names are the proto's
         self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext
@@ -47,59 +44,36 @@ class EngineServicer(pb_grpc.EngineServicer):
         except ValueError as e:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
         ids = list(request.prompt_token_ids)  # validated by the engine as the stream starts
-        sent = [0] * params.n
-        first = True
+        builder = ResponseBuilder(rid, params)
         try:
             async for out in self.engine.generate(ids, params, rid):
-                yield self._response(out, sent, first, params)
-                first = False
+                yield builder.response(out)
         except ValueError as e:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
         except EngineDeadError as e:
-            yield pb.GenerateResponse(
-                request_id=rid,
-                error=str(e),
-                sequences=[
-                    pb.SequenceDelta(index=i, finish_reason=pb.FINISH_REASON_ERROR)
-                    for i in range(params.n)
-                ],
-            )
+            yield builder.error(str(e))
 
-    def _response(
-        self, out: RequestOutput, sent: list[int], first: bool, params: SamplingParams
-    ) -> pb.GenerateResponse:
-        resp = pb.GenerateResponse(request_id=out.request_id)
-        if first:
-            prompt = pb.PromptInfo(
-                prompt_tokens=len(out.prompt_token_ids), cached_tokens=out.num_cached_tokens
-            )
-            if out.prompt_logprobs is not None:
-                prompt.prompt_logprobs.append(first_position())
-                k = params.prompt_logprobs or 0
-                for pos, entry in enumerate(out.prompt_logprobs[1:], start=1):
-                    prompt.prompt_logprobs.append(
-                        position_logprobs(entry, out.prompt_token_ids[pos], k)
-                    )
-            resp.prompt.CopyFrom(prompt)
-        for o in out.outputs:
-            new = o.token_ids[sent[o.index] :]
-            if not new and o.finish_reason is None:
-                continue
-            delta = pb.SequenceDelta(
-                index=o.index, token_ids=new, finish_reason=FINISH_REASONS[o.finish_reason]
-            )
-            if o.logprobs is not None:
-                for j, token in enumerate(new):
-                    entry = o.logprobs[sent[o.index] + j]
-                    delta.logprobs.append(position_logprobs(entry, token, params.logprobs or 0))
-                delta.cumulative_logprob = o.cumulative_logprob or 0.0
-            if o.finish_reason == "stop" and isinstance(o.stop_reason, int):
-                delta.stop_token_id = o.stop_reason
-            elif o.finish_reason == "stop" and o.stop_reason is None and o.token_ids:
-                delta.stop_token_id = o.token_ids[-1]  # the EOS token
-            sent[o.index] = len(o.token_ids)
-            resp.sequences.append(delta)
-        return resp
+    async def GenerateStream(  # noqa: N802
+        self,
+        requests: AsyncIterator[pb.GenerateStreamRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[pb.GenerateStreamResponse]:
+        call = GenerateStreamCall(self.engine, draining=self.draining)
+        self.calls.add(call)
+        reader = asyncio.create_task(call.read(requests))
+        try:
+            async for batch in call.responses():
+                yield batch
+        finally:
+            reader.cancel()
+            call.close()
+            self.calls.discard(call)
+
+    def drain(self) -> None:
+        """Refuse new requests; each GenerateStream call ends once its last request has."""
+        self.draining = True
+        for call in self.calls:
+            call.drain()
 
     async def Abort(  # noqa: N802
         self, request: pb.AbortRequest, context: grpc.aio.ServicerContext
@@ -173,7 +147,8 @@ async def serve(engine: AsyncLLMEngine, address: str, served_model_name: str,
     gc.collect()
     gc.freeze()
     server = grpc.aio.server(options=GRPC_OPTIONS)
-    pb_grpc.add_EngineServicer_to_server(EngineServicer(engine, served_model_name), server)
+    servicer = EngineServicer(engine, served_model_name)
+    pb_grpc.add_EngineServicer_to_server(servicer, server)
     server.add_insecure_port(_bind_address(address))
     await server.start()
     engine.start()
@@ -194,6 +169,7 @@ async def serve(engine: AsyncLLMEngine, address: str, served_model_name: str,
         await engine.shutdown()
         return 1
     # Graceful: stop accepting, let in-flight requests finish, then abort the rest.
+    servicer.drain()
     await server.stop(grace=shutdown_timeout)
     await engine.shutdown()
     return 0

@@ -1,7 +1,8 @@
-//! One HTTP request = one Generate stream. This turns the worker's token deltas into text
-//! deltas per sequence (incremental detokenization, stop strings, finish reasons) and keeps
-//! the gRPC call alive exactly as long as the consumer: dropping the returned stream (client
-//! gone, response body dropped) drops the tonic stream, which cancels the call in the worker.
+//! One HTTP request = one engine request on the shared GenerateStream call (engine_mux).
+//! This turns the worker's token deltas into text deltas per sequence (incremental
+//! detokenization, stop strings, finish reasons) and keeps the engine request alive exactly as
+//! long as the consumer: dropping the returned stream (client gone, response body dropped)
+//! drops the RequestStream, which aborts the request in the worker.
 use crate::engine_client::pb::{self, FinishReason};
 use crate::errors::ApiError;
 use crate::server::AppState;
@@ -12,53 +13,6 @@ use futures_util::Stream;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Instant;
-
-/// A Generate call that ends cleanly whatever happens to its consumer. Dropped before the
-/// engine finished (stop string, client gone), it asks the engine to abort; either way it reads
-/// the call to its end in the background. Simply dropping a live call would reset its HTTP/2
-/// stream, and after ~1000 resets h2 closes the whole connection (GOAWAY), failing every
-/// request in flight on it.
-struct EngineCall {
-    stream: Option<tonic::Streaming<pb::GenerateResponse>>,
-    engine: crate::engine_client::EngineClient,
-    request_id: String,
-    engine_finished: bool,
-}
-
-impl EngineCall {
-    fn mark_engine_finished(&mut self, finished: bool) {
-        self.engine_finished = finished;
-    }
-
-    async fn message(&mut self) -> Result<Option<pb::GenerateResponse>, tonic::Status> {
-        match self.stream.as_mut() {
-            Some(stream) => stream.message().await,
-            None => Ok(None),
-        }
-    }
-}
-
-impl Drop for EngineCall {
-    fn drop(&mut self) {
-        let (Some(mut stream), Ok(runtime)) =
-            (self.stream.take(), tokio::runtime::Handle::try_current())
-        else {
-            return;
-        };
-        let abort = (!self.engine_finished).then(|| (self.engine.clone(), self.request_id.clone()));
-        runtime.spawn(async move {
-            if let Some((mut engine, id)) = abort {
-                let _ = engine
-                    .abort(pb::AbortRequest {
-                        request_ids: vec![id],
-                    })
-                    .await;
-            }
-            let drain = async { while let Ok(Some(_)) = stream.message().await {} };
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(60), drain).await;
-        });
-    }
-}
 
 pub struct GenRequest {
     pub request_id: String,
@@ -89,8 +43,6 @@ struct Seq {
     detok: IncrementalDetokenizer,
     stop: StopChecker,
     finished: bool,
-    /// The worker reported a finish reason (else it is still generating this sequence).
-    engine_finished: bool,
 }
 
 struct Processor {
@@ -149,7 +101,6 @@ impl Processor {
             };
             let engine_finish =
                 FinishReason::try_from(d.finish_reason).unwrap_or(FinishReason::Unspecified);
-            seq.engine_finished |= engine_finish != FinishReason::Unspecified;
             if seq.finished {
                 continue;
             }
@@ -259,19 +210,7 @@ pub async fn generate(
         prompt_token_ids: req.prompt_ids.clone(),
         sampling_params: Some(sampling),
     };
-    let mut client = state.engine.clone();
-    let mut stream = EngineCall {
-        stream: Some(
-            client
-                .generate(grpc_req)
-                .await
-                .map_err(ApiError::from_status)?
-                .into_inner(),
-        ),
-        engine: state.engine.clone(),
-        request_id: req.request_id.clone(),
-        engine_finished: false,
-    };
+    let mut stream = state.mux.submit(grpc_req);
     let first = match stream.message().await {
         Ok(Some(m)) => m,
         Ok(None) => {
@@ -287,7 +226,6 @@ pub async fn generate(
             detok: IncrementalDetokenizer::new(&req.prompt_ids, p.decode),
             stop: StopChecker::new(p.stop.clone(), p.include_stop),
             finished: false,
-            engine_finished: false,
         })
         .collect();
     let mut proc = Processor {
@@ -315,8 +253,8 @@ pub async fn generate(
             }
         }
         // Dropping `stream` (here, or mid-await when the client goes away) aborts the request
-        // if the engine still runs it and closes the call cleanly (see EngineCall).
-        stream.mark_engine_finished(proc.seqs.iter().all(|s| s.engine_finished));
+        // if the engine still runs it.
+        drop(stream);
     })
 }
 

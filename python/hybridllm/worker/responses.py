@@ -1,0 +1,78 @@
+"""One request's cumulative RequestOutputs as the per-step deltas of the proto contract."""
+
+from __future__ import annotations
+
+import grpc
+
+from hybridllm.outputs import RequestOutput
+from hybridllm.proto import engine_pb2 as pb
+from hybridllm.sampling_params import SamplingParams
+from hybridllm.worker.proto_convert import FINISH_REASONS, first_position, position_logprobs
+
+
+class ResponseBuilder:
+    def __init__(self, request_id: str, params: SamplingParams) -> None:
+        self.request_id = request_id
+        self.params = params
+        self.sent = [0] * params.n  # tokens already sent, per sequence
+        self.first = True
+
+    def response(self, out: RequestOutput) -> pb.GenerateResponse:
+        """The tokens this step added (the first message also carries the prompt facts)."""
+        params, sent = self.params, self.sent
+        resp = pb.GenerateResponse(request_id=self.request_id, finished=out.finished)
+        if self.first:
+            self.first = False
+            resp.prompt.CopyFrom(self._prompt_info(out))
+        for o in out.outputs:
+            new = o.token_ids[sent[o.index] :]
+            if not new and o.finish_reason is None:
+                continue
+            delta = pb.SequenceDelta(
+                index=o.index, token_ids=new, finish_reason=FINISH_REASONS[o.finish_reason]
+            )
+            if o.logprobs is not None:
+                for j, token in enumerate(new):
+                    entry = o.logprobs[sent[o.index] + j]
+                    delta.logprobs.append(position_logprobs(entry, token, params.logprobs or 0))
+                delta.cumulative_logprob = o.cumulative_logprob or 0.0
+            if o.finish_reason == "stop" and isinstance(o.stop_reason, int):
+                delta.stop_token_id = o.stop_reason
+            elif o.finish_reason == "stop" and o.stop_reason is None and o.token_ids:
+                delta.stop_token_id = o.token_ids[-1]  # the EOS token
+            sent[o.index] = len(o.token_ids)
+            resp.sequences.append(delta)
+        return resp
+
+    def _prompt_info(self, out: RequestOutput) -> pb.PromptInfo:
+        prompt = pb.PromptInfo(
+            prompt_tokens=len(out.prompt_token_ids), cached_tokens=out.num_cached_tokens
+        )
+        if out.prompt_logprobs is not None:
+            prompt.prompt_logprobs.append(first_position())
+            k = self.params.prompt_logprobs or 0
+            for pos, entry in enumerate(out.prompt_logprobs[1:], start=1):
+                prompt.prompt_logprobs.append(
+                    position_logprobs(entry, out.prompt_token_ids[pos], k)
+                )
+        return prompt
+
+    def error(self, message: str) -> pb.GenerateResponse:
+        """Every sequence ends with FINISH_REASON_ERROR (the engine loop died)."""
+        return pb.GenerateResponse(
+            request_id=self.request_id,
+            error=message,
+            finished=True,
+            sequences=[
+                pb.SequenceDelta(index=i, finish_reason=pb.FINISH_REASON_ERROR)
+                for i in range(self.params.n)
+            ],
+        )
+
+
+def rejected(request_id: str, code: grpc.StatusCode, message: str) -> pb.GenerateResponse:
+    return pb.GenerateResponse(
+        request_id=request_id,
+        finished=True,
+        rejected=pb.RequestError(code=code.value[0], message=message),
+    )

@@ -1,0 +1,118 @@
+"""GenerateStream: many requests on one call, per-step batches, rejects, aborts, cancel."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import grpc
+
+from hybridllm import SamplingParams
+from hybridllm.proto import engine_pb2 as pb
+from hybridllm.worker.grpc_client import EngineGrpcClient
+from hybridllm.worker.proto_convert import sampling_params_to_proto
+from tests.worker.test_grpc_worker import PROMPT_IDS, collect
+
+_END = object()
+
+
+class StreamCall:
+    """A GenerateStream call fed from a queue, so a test can send while it reads."""
+
+    def __init__(self, client: EngineGrpcClient) -> None:
+        self.outbox: asyncio.Queue[object] = asyncio.Queue()
+        self.call = client.stub.GenerateStream(self._requests())
+
+    async def _requests(self) -> AsyncIterator[pb.GenerateStreamRequest]:
+        while (msg := await self.outbox.get()) is not _END:
+            yield msg
+
+    def generate(self, rid: str, ids: list[int], params: SamplingParams | pb.SamplingParams) -> None:
+        sp = params if isinstance(params, pb.SamplingParams) else sampling_params_to_proto(params)
+        req = pb.GenerateRequest(request_id=rid, prompt_token_ids=ids, sampling_params=sp)
+        self.outbox.put_nowait(pb.GenerateStreamRequest(generate=[req]))
+
+    def abort(self, rid: str) -> None:
+        self.outbox.put_nowait(pb.GenerateStreamRequest(abort=[rid]))
+
+    def half_close(self) -> None:
+        self.outbox.put_nowait(_END)
+
+    async def read(self) -> list[pb.GenerateStreamResponse]:
+        return [batch async for batch in self.call]
+
+
+def tokens_of(responses: list[pb.GenerateResponse]) -> list[int]:
+    return [t for r in responses for s in r.sequences for t in s.token_ids]
+
+
+async def wait_idle(client: EngineGrpcClient) -> pb.LoadResponse:
+    for _ in range(50):  # an abort lands at the next engine step
+        load = await client.load()
+        if load.num_running == 0 and load.num_waiting == 0:
+            break
+        await asyncio.sleep(0.1)
+    return load
+
+
+async def test_many_requests_on_one_call_equal_their_own_calls(worker: str) -> None:
+    client = EngineGrpcClient(worker)
+    params = {f"r{i}": SamplingParams(temperature=0, max_tokens=8 + i, ignore_eos=True)
+              for i in range(4)}
+    alone = {rid: (await collect(client, PROMPT_IDS[: 3 + i], p, f"alone-{rid}"))[1][0]
+             for i, (rid, p) in enumerate(params.items())}
+    call = StreamCall(client)
+    for i, (rid, p) in enumerate(params.items()):
+        call.generate(rid, PROMPT_IDS[: 3 + i], p)
+    call.generate("bad", [1, 2, 10**6], SamplingParams(max_tokens=4))
+    call.generate("bad-temp", PROMPT_IDS, pb.SamplingParams(temperature=-1.0))
+    call.half_close()  # the call still ends only after the last request has finished
+    batches = await call.read()
+    by_id: dict[str, list[pb.GenerateResponse]] = {}
+    for batch in batches:
+        for r in batch.responses:
+            by_id.setdefault(r.request_id, []).append(r)
+    assert set(by_id) == {*params, "bad", "bad-temp"}
+    for rid, p in params.items():
+        rs = by_id[rid]
+        assert tokens_of(rs) == alone[rid]
+        assert [len(tokens_of([r])) for r in rs] == [1] * p.max_tokens  # one step per message
+        assert [r.finished for r in rs] == [False] * (p.max_tokens - 1) + [True]
+        assert rs[0].prompt.prompt_tokens == len(PROMPT_IDS[: 3 + int(rid[1:])])
+        assert rs[-1].sequences[0].finish_reason == pb.FINISH_REASON_LENGTH
+    for rid, field in (("bad", "out of vocabulary"), ("bad-temp", "temperature")):
+        (r,) = by_id[rid]
+        assert r.finished and r.rejected.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+        assert field in r.rejected.message
+    # Requests running together share messages: far fewer messages than responses.
+    assert len(batches) < sum(len(rs) for rs in by_id.values()) / 2
+    await client.close()
+
+
+async def test_abort_one_then_cancel_the_call_frees_everything(worker: str) -> None:
+    client = EngineGrpcClient(worker)
+    long = SamplingParams(temperature=0, max_tokens=1000, ignore_eos=True)
+    call = StreamCall(client)
+    for i in range(3):
+        call.generate(f"long{i}", PROMPT_IDS, long)
+    seen: dict[str, int] = {}
+    async for batch in call.call:
+        for r in batch.responses:
+            seen[r.request_id] = seen.get(r.request_id, 0) + len(tokens_of([r]))
+        if seen.get("long0", 0) >= 5 and "abort-sent" not in seen:
+            call.abort("long0")
+            seen["abort-sent"] = seen["long0"]
+        if seen.get("long1", 0) >= seen.get("abort-sent", 10**9) + 10:
+            break
+    # long0 got nothing after its abort was applied (at most the step already running).
+    assert seen["long0"] <= seen["abort-sent"] + 1
+    call.call.cancel()  # the frontend went away: the worker aborts what still runs
+    load = await wait_idle(client)
+    assert (load.num_running, load.num_waiting) == (0, 0)
+    assert load.num_free_blocks == load.num_total_blocks
+    # The worker serves the next call as usual.
+    call = StreamCall(client)
+    call.generate("after", PROMPT_IDS, SamplingParams(temperature=0, max_tokens=3))
+    call.half_close()
+    assert len(tokens_of([r for b in await call.read() for r in b.responses])) == 3
+    await client.close()
