@@ -1,17 +1,20 @@
-"""AsyncLLMEngine: LLMEngine.step() in a background loop, outputs streamed per request.
+"""AsyncLLMEngine: LLMEngine.step() back to back on an engine thread, outputs delivered to
+each request's sink on the event loop.
 
-Steps run on one worker thread (torch releases the GIL), so the event loop keeps serving
-while the model computes. Adds and aborts are queued and applied between steps, so the
-scheduler is only ever touched by one thread at a time.
+The engine thread owns the scheduler: adds and aborts reach it through a queue and are applied
+between steps, in the order they were made. Steps run one after another without waiting for
+the event loop (torch releases the GIL while it computes), and each step's outputs are handed
+to the event loop in one call, so serving traffic and stepping overlap.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
-from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from collections.abc import AsyncIterator, Callable
 
 from hybridllm.config import EngineArgs
 from hybridllm.engine.llm_engine import LLMEngine
@@ -21,6 +24,10 @@ from hybridllm.sampling_params import SamplingParams
 # Test hook: make the engine loop fail at this step, to exercise the dead-engine path.
 _FAIL_AT_STEP = int(os.environ.get("HYBRIDLLM_TEST_FAIL_AT_STEP", "0"))
 
+OutputSink = Callable[["RequestOutput | BaseException"], None]
+# ("add", request_id, prompt, params) or ("abort", request_id, None, None)
+_Op = tuple[str, str, "str | list[int] | None", "SamplingParams | None"]
+
 
 class EngineDeadError(RuntimeError):
     """The engine loop stopped with an exception; no request can be served any more."""
@@ -29,12 +36,12 @@ class EngineDeadError(RuntimeError):
 class AsyncLLMEngine:
     def __init__(self, engine: LLMEngine) -> None:
         self.engine = engine
-        self._queues: dict[str, asyncio.Queue[RequestOutput | BaseException]] = {}
-        self._pending_adds: list[tuple[str, list[int] | str, SamplingParams]] = []
-        self._pending_aborts: list[str] = []
-        self._wake = asyncio.Event()
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="engine-step")
-        self._task: asyncio.Task[None] | None = None
+        self._sinks: dict[str, OutputSink] = {}  # event-loop side only
+        self._ops: deque[_Op] = deque()  # event loop -> engine thread
+        self._wakeup = threading.Event()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.error: BaseException | None = None
         self.num_steps = 0
         self.last_step_time = time.monotonic()
@@ -46,83 +53,120 @@ class AsyncLLMEngine:
 
     @property
     def is_running(self) -> bool:
-        return self._task is not None and not self._task.done() and self.error is None
+        return self._thread is not None and self._thread.is_alive() and self.error is None
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="engine-loop")
+        if self._thread is None:
+            self._loop = asyncio.get_running_loop()
+            self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
+            self._thread.start()
+
+    def add_request(
+        self, request_id: str, prompt: str | list[int], params: SamplingParams, sink: OutputSink
+    ) -> None:
+        """Queue a request; `sink` then gets, on the event loop, each of its outputs as a step
+        produces them, or one exception (EngineDeadError, ValueError) that ends it. Nothing
+        follows a finished output or an exception. Raises at once for a prompt the engine can
+        never take or a duplicate id."""
+        if self.error is not None:
+            raise EngineDeadError(f"engine loop has died: {self.error!r}")
+        if request_id in self._sinks:
+            raise ValueError(f"request id {request_id!r} is already in use.")
+        if isinstance(prompt, list):
+            self.engine.validate_prompt(prompt)  # fail fast, in the caller's context
+        self.start()
+        self._sinks[request_id] = sink
+        self._ops.append(("add", request_id, prompt, params))
+        self._wakeup.set()
 
     async def generate(
         self, prompt: str | list[int], params: SamplingParams, request_id: str
     ) -> AsyncIterator[RequestOutput]:
         """Stream the request's outputs as tokens arrive; leaving early aborts the request."""
-        if self.error is not None:
-            raise EngineDeadError(f"engine loop has died: {self.error!r}")
-        if request_id in self._queues:
-            raise ValueError(f"request id {request_id!r} is already in use.")
-        if isinstance(prompt, list):
-            self.engine.validate_prompt(prompt)  # fail fast, in the caller's context
-        self.start()
         queue: asyncio.Queue[RequestOutput | BaseException] = asyncio.Queue()
-        self._queues[request_id] = queue
-        self._pending_adds.append((request_id, prompt, params))
-        self._wake.set()
+        self.add_request(request_id, prompt, params, queue.put_nowait)
         finished = False
         try:
             while True:
                 item = await queue.get()
                 if isinstance(item, BaseException):
+                    finished = True
                     raise item
                 finished = item.finished
                 yield item
                 if finished:
                     return
         finally:
-            self._queues.pop(request_id, None)
             if not finished:
                 self.abort(request_id)
 
     def abort(self, request_id: str) -> None:
-        """Abort at the next step boundary; its KV blocks are freed then."""
-        self._pending_aborts.append(request_id)
-        self._wake.set()
+        """Abort at the next step boundary; its KV blocks are freed then. Its sink gets no more
+        outputs."""
+        self._sinks.pop(request_id, None)
+        self._ops.append(("abort", request_id, None, None))
+        self._wakeup.set()
 
-    def _apply_pending(self) -> None:
-        adds, self._pending_adds = self._pending_adds, []
-        for request_id, prompt, params in adds:
+    # -- engine thread -------------------------------------------------------------------
+
+    def _apply_ops(self) -> None:
+        ops = self._ops
+        while ops:
+            op = ops.popleft()
+            if op[0] == "abort":
+                self.engine.abort_request([op[1]])
+                continue
+            _, request_id, prompt, params = op
+            assert prompt is not None and params is not None
             try:
                 self.engine.add_request(request_id, prompt, params)
             except ValueError as e:
-                queue = self._queues.get(request_id)
-                if queue is not None:
-                    queue.put_nowait(e)
-        aborts, self._pending_aborts = self._pending_aborts, []
-        if aborts:
-            self.engine.abort_request(aborts)
+                self._call_on_loop(self._reject, request_id, e)
 
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
+    def _run(self) -> None:
         try:
-            while True:
-                self._apply_pending()
+            while not self._stopping:
+                self._apply_ops()
                 if not self.engine.has_unfinished_requests():
-                    self._wake.clear()
-                    if not (self._pending_adds or self._pending_aborts):
-                        await self._wake.wait()
+                    # An op made after the check sets the event, so wait() returns at once.
+                    self._wakeup.wait()
+                    self._wakeup.clear()
                     continue
-                outputs = await loop.run_in_executor(self._executor, self._step)
-                for out in outputs:
-                    queue = self._queues.get(out.request_id)
-                    if queue is not None:
-                        queue.put_nowait(out)
-        except asyncio.CancelledError:
-            raise
+                outputs = self._step()
+                if outputs:
+                    self._call_on_loop(self._deliver, outputs)
         except BaseException as e:  # noqa: BLE001 - any failure kills the engine
-            self.error = e
-            dead = EngineDeadError(f"engine loop has died: {e!r}")
-            for queue in self._queues.values():
-                queue.put_nowait(dead)
-            self.dead.set()
+            self._call_on_loop(self._die, e)
+
+    def _call_on_loop(self, fn: Callable[..., None], *args: object) -> None:
+        assert self._loop is not None
+        try:
+            self._loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:
+            pass  # the event loop is closed: nobody is left to tell
+
+    # -- event loop ------------------------------------------------------------------------
+
+    def _deliver(self, outputs: list[RequestOutput]) -> None:
+        sinks = self._sinks
+        for out in outputs:
+            rid = out.request_id
+            sink = sinks.pop(rid, None) if out.finished else sinks.get(rid)
+            if sink is not None:
+                sink(out)
+
+    def _reject(self, request_id: str, error: ValueError) -> None:
+        sink = self._sinks.pop(request_id, None)
+        if sink is not None:
+            sink(error)
+
+    def _die(self, error: BaseException) -> None:
+        self.error = error
+        dead = EngineDeadError(f"engine loop has died: {error!r}")
+        sinks, self._sinks = self._sinks, {}
+        for sink in sinks.values():
+            sink(dead)
+        self.dead.set()
 
     def _step(self) -> list[RequestOutput]:
         self.num_steps += 1
@@ -133,10 +177,8 @@ class AsyncLLMEngine:
         return outputs
 
     async def shutdown(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):
-                pass
-        self._executor.shutdown(wait=True, cancel_futures=True)
+        """Stop after the step in flight; requests still running get no more outputs."""
+        self._stopping = True
+        self._wakeup.set()
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join)
