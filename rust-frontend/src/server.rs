@@ -3,6 +3,7 @@
 use crate::cli::ServeArgs;
 use crate::config::ServeConfig;
 use crate::engine_client::{self, pb, EngineClient};
+use crate::engine_mux::EngineMux;
 use crate::errors::ApiError;
 use crate::metrics::Metrics;
 use crate::openai;
@@ -10,6 +11,7 @@ use crate::text::chat_template::ChatTemplate;
 use crate::text::tokenizer::Tokenizer;
 use axum::http::{HeaderName, HeaderValue, Method};
 use axum::routing::{get, post};
+use axum::serve::ListenerExt;
 use axum::Router;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,6 +20,8 @@ use tower_http::cors::{AllowHeaders, AllowMethods, AllowOrigin, CorsLayer};
 pub struct AppState {
     pub config: ServeConfig,
     pub engine: EngineClient,
+    /// Generate requests, all on one GenerateStream call.
+    pub mux: EngineMux,
     pub tokenizer: Arc<Tokenizer>,
     pub template: Option<ChatTemplate>,
     pub model_info: pb::ModelInfo,
@@ -135,6 +139,7 @@ pub async fn build_state(args: &ServeArgs) -> anyhow::Result<Arc<AppState>> {
     tracing::info!(model = %served_names[0], max_model_len, "engine ready");
     Ok(Arc::new(AppState {
         config,
+        mux: EngineMux::new(engine.clone()),
         engine,
         tokenizer: Arc::new(tokenizer),
         template,
@@ -171,6 +176,12 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let state = build_state(&args).await?;
     let listener = tokio::net::TcpListener::from_std(std_listener)?;
     tracing::info!("listening on {}", listener.local_addr()?);
+    // Without TCP_NODELAY, Nagle holds each small SSE chunk until the previous one is acked.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!("TCP_NODELAY: {e}");
+        }
+    });
     let grace = Duration::from_secs_f64(state.config.shutdown_timeout_s.max(0.0));
     let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();
     let server = axum::serve(listener, router(state)).with_graceful_shutdown(async move {
