@@ -34,7 +34,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--baseline-requests", type=int, default=100,
                    help="Requests at concurrency 1 (0 skips the baseline).")
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--mock-step-ms", type=float, default=5.0)
+    p.add_argument("--mock-step-ms", type=float, default=1.0,
+                   help="Engine step time. A closed loop of C requests of N tokens can never "
+                        "exceed C / (N x step): keep that ceiling (printed) far above what "
+                        "the frontends reach, or the figure measures the mock engine.")
     p.add_argument("--input-len", type=int, default=32)
     p.add_argument("--output-len", type=int, default=16)
     p.add_argument("--engine-args", default="", help="Extra engine flags for both servers.")
@@ -101,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         for s in servers.values():
             s.stop()
-    summary = report(runs, kinds, levels, args.mock_step_ms)
+    summary = report(runs, kinds, levels, args.mock_step_ms, args.output_len)
     if args.result_json:
         with open(args.result_json, "w") as f:
             json.dump({"config": {k: v for k, v in vars(args).items() if k != "func"},
@@ -113,10 +116,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def report(runs: dict[tuple[str, int], list[dict]], kinds: list[str], levels: list[int],
-           step_ms: float) -> dict:
+           step_ms: float, output_len: int) -> dict:
     """Medians over rounds, each figure against its target."""
     print(f"\n== frontend overhead (mock engine, step {step_ms} ms; medians of "
           f"{len(next(iter(runs.values())))} rounds)")
+    for conc in levels:
+        ceiling = conc / (output_len * step_ms / 1000.0) if step_ms > 0 else float("inf")
+        print(f"engine ceiling at concurrency {conc}: {ceiling:.0f} req/s "
+              f"({conc} / ({output_len} tokens x {step_ms} ms))")
     print(f"{'frontend':>11} {'conc':>5} {'req/s':>8} {'TTFT p50':>9} {'p99':>8} "
           f"{'p50-step':>9} {'client':>7} {'frontend':>9} {'worker':>7} {'server':>7} "
           f"{'fe ms/req':>9}")
