@@ -27,7 +27,8 @@ class StreamCall:
         while (msg := await self.outbox.get()) is not _END:
             yield msg
 
-    def generate(self, rid: str, ids: list[int], params: SamplingParams | pb.SamplingParams) -> None:
+    def generate(self, rid: str, ids: list[int],
+                 params: SamplingParams | pb.SamplingParams) -> None:
         sp = params if isinstance(params, pb.SamplingParams) else sampling_params_to_proto(params)
         req = pb.GenerateRequest(request_id=rid, prompt_token_ids=ids, sampling_params=sp)
         self.outbox.put_nowait(pb.GenerateStreamRequest(generate=[req]))

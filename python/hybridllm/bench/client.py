@@ -9,6 +9,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import orjson
+
 from hybridllm.bench.metrics import RequestResult
 
 
@@ -108,7 +110,7 @@ async def send_request(session, url: str, payload: bytes) -> RequestResult:
     start = time.perf_counter()
     last = 0.0
     chunks = 0
-    loads = json.loads
+    loads = orjson.loads
     try:
         async with _post(session, url, payload) as (status, body):
             if status != 200:
