@@ -15,7 +15,12 @@ def test_kernel_builds() -> None:
     assert cpu_paged_decode.load() is not None
 
 
-@pytest.mark.parametrize("heads, kv_heads, dim", [(9, 3, 64), (4, 4, 32), (6, 2, 24)])
+# The vectorized path (head_dim 32 / 64 / 128 with 1, 2, 3, 4 or 8 query heads per kv head)
+# and the generic one (any other head_dim or grouping).
+@pytest.mark.parametrize(
+    "heads, kv_heads, dim",
+    [(9, 3, 64), (4, 4, 32), (8, 4, 64), (8, 2, 128), (8, 1, 128), (6, 2, 24), (5, 1, 32)],
+)
 def test_matches_reference(heads: int, kv_heads: int, dim: int) -> None:
     gen = torch.Generator().manual_seed(0)
     batch, block_size, num_blocks = 7, 16, 64

@@ -94,6 +94,10 @@ class TorchAttentionBackend:
     def __init__(self, use_kernel: bool = True) -> None:
         self._buffers: dict[str, torch.Tensor] = {}
         self.use_kernel = use_kernel
+        # The step's slot mapping (every layer gets the same tensor) and whether all its
+        # slots are real, so that check (a reduction and a host sync) runs once per step.
+        self._slots: torch.Tensor | None = None
+        self._all_slots_valid = False
 
     def _use_kernel(self, q: torch.Tensor, cache: torch.Tensor) -> bool:
         """The C++ decode kernel where it applies (fp32 on CPU) and could be built."""
@@ -112,7 +116,14 @@ class TorchAttentionBackend:
         value_cache: torch.Tensor,
         slot_mapping: torch.Tensor,
     ) -> None:
-        write_kv_reference(key, value, key_cache, value_cache, slot_mapping)
+        if slot_mapping is not self._slots:
+            self._slots, self._all_slots_valid = slot_mapping, bool((slot_mapping >= 0).all())
+        if not self._all_slots_valid:
+            write_kv_reference(key, value, key_cache, value_cache, slot_mapping)
+            return
+        num_kv_heads, head_dim = key_cache.shape[2], key_cache.shape[3]
+        key_cache.view(-1, num_kv_heads, head_dim).index_copy_(0, slot_mapping, key)
+        value_cache.view(-1, num_kv_heads, head_dim).index_copy_(0, slot_mapping, value)
 
     def forward(
         self,
@@ -124,8 +135,14 @@ class TorchAttentionBackend:
         key: torch.Tensor | None = None,
         value: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        decode, prefill = self._split_for(meta)
+        if decode and not prefill and self._use_kernel(query, key_cache):
+            # Every row decodes, in sequence order: the kernel's output is the whole answer.
+            plan = self._plan_for(meta, decode, key_cache)
+            return cpu_paged_decode.paged_decode(
+                query, key_cache, value_cache, plan.tables, plan.lens, scale
+            )
         out = torch.empty_like(query)
-        decode, prefill = _split_batch(meta)
         if decode:
             plan = self._plan_for(meta, decode, key_cache)
             q = query.index_select(0, plan.q_rows)
@@ -159,6 +176,15 @@ class TorchAttentionBackend:
             else:
                 out[rows] = _prefill_one(query[rows], key_cache, value_cache, meta, i, k_len, scale)
         return out
+
+    def _split_for(
+        self, meta: AttentionMetadata
+    ) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int, int]]]:
+        """_split_batch once per step (a Python loop over the batch), not once per layer."""
+        split = meta.backend_state.get("torch_split")
+        if split is None:
+            split = meta.backend_state["torch_split"] = _split_batch(meta)
+        return split
 
     def _plan_for(
         self, meta: AttentionMetadata, rows: list[tuple[int, int, int]], cache: torch.Tensor

@@ -6,6 +6,7 @@ available the torch backend keeps its gather-based path (same results, slower).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from functools import lru_cache
@@ -24,7 +25,10 @@ def load() -> ModuleType | None:
         return None
     from hybridllm.models.resolve import cache_dir
 
-    build = cache_dir() / "torch_extensions"
+    # One build folder per source location: checkouts side by side (git worktrees) would
+    # otherwise rebuild the shared one in turn, ninja seeing a different source path each time.
+    tag = hashlib.sha1(str(_SOURCE.resolve()).encode()).hexdigest()[:10]
+    build = cache_dir() / "torch_extensions" / f"paged_decode_cpu-{tag}"
     build.mkdir(parents=True, exist_ok=True)
     try:
         import ninja  # the build tool torch drives; its PyPI package ships the binary

@@ -47,6 +47,10 @@ def apply_rotary(
 ) -> torch.Tensor:
     """Rotate-half RoPE. x: [T, heads, head_dim]; cos_sin: [max_pos, head_dim] (cos | sin)."""
     cos, sin = cos_sin.index_select(0, positions).unsqueeze(1).chunk(2, dim=-1)
+    return _rotate(x, cos, sin)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     x1, x2 = x.float().chunk(2, dim=-1)
     out = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
     return out.to(x.dtype)
@@ -55,8 +59,10 @@ def apply_rotary(
 def rotary_qk(
     q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, cos_sin: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """RoPE on q [T, H, D] and k [T, Hkv, D]; returns new tensors (the fused op may not)."""
-    return apply_rotary(q, positions, cos_sin), apply_rotary(k, positions, cos_sin)
+    """RoPE on q [T, H, D] and k [T, Hkv, D]; returns new tensors (the fused op may not).
+    The positions' cos / sin rows are gathered once for both."""
+    cos, sin = cos_sin.index_select(0, positions).unsqueeze(1).chunk(2, dim=-1)
+    return _rotate(q, cos, sin), _rotate(k, cos, sin)
 
 
 @dataclass(frozen=True)

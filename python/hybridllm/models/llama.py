@@ -14,6 +14,7 @@ from torch import nn
 from hybridllm.attention import AttentionBackend, AttentionMetadata
 from hybridllm.models import layers
 from hybridllm.models.config import LlamaConfig
+from hybridllm.models.cpu_linear import PackedLinear, pack_linears
 from hybridllm.models.layers import LayerOps
 
 
@@ -111,9 +112,17 @@ class LlamaForCausalLM(nn.Module):
         self.register_buffer("cos_sin", cos_sin, persistent=False)
         # Chosen once after loading (set_layer_ops): torch functions, or fused Triton kernels.
         self.ops: LayerOps = layers.TORCH_OPS
+        # The LM head with a oneDNN-packed weight, once pack_for_cpu() has run.
+        self.packed_lm_head: PackedLinear | None = None
 
     def set_layer_ops(self, ops: LayerOps) -> None:
         self.ops = ops
+
+    def pack_for_cpu(self) -> None:
+        """Every projection and the LM head through oneDNN-packed weights (after loading)."""
+        weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        self.packed_lm_head = PackedLinear(weight, None)
+        pack_linears(self.layers)
 
     def forward(
         self,
@@ -133,6 +142,8 @@ class LlamaForCausalLM(nn.Module):
         return x
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        if self.packed_lm_head is not None:
+            return self.packed_lm_head(hidden).float()
         weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
         return torch.matmul(hidden, weight.t()).float()
 

@@ -52,6 +52,11 @@ class Sampler:
 
     def __call__(self, logits: torch.Tensor, seqs: list[Sequence]) -> SamplerOutput:
         logits = logits.float()
+        if all(_plain_greedy(s) for s in seqs):
+            # Nothing to change in the logits and nothing to report but the argmax: skip the
+            # copy of the [rows, vocab] logits that processing works on.
+            n = len(seqs)
+            return SamplerOutput(logits.argmax(dim=-1).tolist(), [None] * n, [None] * n)
         want_lp = [s.params.logprobs is not None for s in seqs]
         raw_logprobs = logits.log_softmax(dim=-1) if any(want_lp) else None
         logits = self._process(logits.clone(), seqs)
@@ -127,3 +132,17 @@ class Sampler:
             noise[j].exponential_(generator=seqs[i].generator or self.generator)
         chosen[idx.to(chosen.device)] = (probs / noise.to(probs.device)).argmax(dim=-1)
         return chosen
+
+
+def _plain_greedy(seq: Sequence) -> bool:
+    """Greedy, with no logprobs and nothing that _process would apply to this row."""
+    p = seq.params
+    return (
+        p.greedy
+        and p.logprobs is None
+        and seq.num_output_tokens >= p.min_tokens
+        and not p.logit_bias
+        and p.repetition_penalty == 1.0
+        and p.frequency_penalty == 0.0
+        and p.presence_penalty == 0.0
+    )

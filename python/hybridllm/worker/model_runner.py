@@ -7,6 +7,7 @@ layers, torch attention and the torch sampler, exactly as before.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -16,6 +17,7 @@ from hybridllm.config import EngineConfig
 from hybridllm.core.scheduler import SchedulerOutput
 from hybridllm.core.sequence import Sequence
 from hybridllm.kernels.ops import select_layer_ops
+from hybridllm.models import cpu_linear
 from hybridllm.models.loader import load_model
 from hybridllm.outputs import LogprobsDict
 from hybridllm.sampling import Sampler, SamplerOutput
@@ -63,6 +65,12 @@ class ModelRunner:
             config.model_path, config.model, config.dtype, self.device,
             config.max_model_len, load_format,
         )
+        if (
+            self.device.type == "cpu"
+            and cpu_linear.available(config.dtype)
+            and not os.environ.get("HYBRIDLLM_DISABLE_CPU_KERNELS")
+        ):
+            self.model.pack_for_cpu()
         self.backend = get_attention_backend(self.device, config.args.attention_backend)
         self.model.set_layer_ops(select_layer_ops(self.device, self.backend.name))
         m = config.model

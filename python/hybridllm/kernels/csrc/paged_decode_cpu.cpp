@@ -122,11 +122,115 @@ void decode_one(const float* q, const float* kc, const float* vc, const int32_t*
   }
 }
 
+
+// ---- Head dims that are a multiple of 16 (all common models): explicit vectors ----
+// GCC/Clang vector types of 16 floats, lowered to the widest registers the target has. The
+// generic loops above leave per-key horizontal sums and per-element stores to the compiler,
+// which made this kernel compute-bound (about 2.5x slower than here with the data in cache).
+typedef float vec16 __attribute__((vector_size(64)));
+typedef float vec8 __attribute__((vector_size(32)));
+typedef float vec4 __attribute__((vector_size(16)));
+
+inline vec16 load16(const float* p) {
+  vec16 v;
+  std::memcpy(&v, p, sizeof v);  // unaligned
+  return v;
+}
+
+inline void store16(float* p, vec16 v) { std::memcpy(p, &v, sizeof v); }
+
+// The 16 lanes summed by halving (a lane loop compiles to 16 extracts).
+inline float hsum(vec16 v) {
+  const vec8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
+                 __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+  const vec4 b =
+      __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
+  return (b[0] + b[2]) + (b[1] + b[3]);
+}
+
+// decode_one for head_dim = 16 * NV and G query heads per kv head, both known at compile time.
+// Keys and values are visited token row by token row (all kv heads of a token are one
+// contiguous row), so each block is read front to back: the hardware prefetcher streams it
+// while the arithmetic runs. Visiting a block once per kv head instead (strided) measured
+// 15% slower overall although it does less arithmetic. The softmax is normalized at the end.
+template <int NV, int G>
+void decode_vec(const float* q, const float* kc, const float* vc, const int32_t* table,
+                int64_t len, int64_t block_size, int64_t num_kv, int64_t, int64_t, float scale,
+                float* out, std::vector<float>& scores) {
+  constexpr int64_t dim = NV * 16;
+  const int64_t heads = num_kv * G, token_stride = num_kv * dim;
+  scores.resize(heads * len + heads);
+  float* inv = scores.data() + heads * len;
+  for (int64_t start = 0; start < len; start += block_size) {
+    const float* row = kc + int64_t(table[start / block_size]) * block_size * token_stride;
+    const int64_t n = std::min(block_size, len - start);
+    for (int64_t j = 0; j < n; ++j, row += token_stride) {
+      for (int64_t h = 0; h < num_kv; ++h) {
+        const float* qh = q + h * G * dim;
+        vec16 acc[G] = {};
+        for (int c = 0; c < NV; ++c) {
+          const vec16 k = load16(row + h * dim + c * 16);
+          for (int g = 0; g < G; ++g) acc[g] += load16(qh + g * dim + c * 16) * k;
+        }
+        float* dst = scores.data() + h * G * len + start + j;
+        for (int g = 0; g < G; ++g) dst[g * len] = hsum(acc[g]) * scale;
+      }
+    }
+  }
+  for (int64_t r = 0; r < heads; ++r) {
+    float* s = scores.data() + r * len;
+    const float mx = *std::max_element(s, s + len);
+    float sum = 0.f;
+    for (int64_t t = 0; t < len; ++t) {
+      s[t] = exp_nonpositive(s[t] - mx);
+      sum += s[t];
+    }
+    inv[r] = 1.f / sum;
+  }
+  std::fill(out, out + heads * dim, 0.f);
+  for (int64_t start = 0; start < len; start += block_size) {
+    const float* row = vc + int64_t(table[start / block_size]) * block_size * token_stride;
+    const int64_t n = std::min(block_size, len - start);
+    for (int64_t j = 0; j < n; ++j, row += token_stride) {
+      for (int64_t h = 0; h < num_kv; ++h) {
+        const float* p = scores.data() + h * G * len + start + j;
+        float* oh = out + h * G * dim;
+        for (int c = 0; c < NV; ++c) {
+          const vec16 v = load16(row + h * dim + c * 16);
+          for (int g = 0; g < G; ++g) {
+            float* o = oh + g * dim + c * 16;
+            store16(o, load16(o) + p[g * len] * v);
+          }
+        }
+      }
+    }
+  }
+  for (int64_t r = 0; r < heads; ++r)
+    for (int64_t d = 0; d < dim; ++d) out[r * dim + d] *= inv[r];
+}
+
 using DecodeFn = void (*)(const float*, const float*, const float*, const int32_t*, int64_t,
                           int64_t, int64_t, int64_t, int64_t, float, float*,
                           std::vector<float>&);
 
-DecodeFn pick(int64_t group) {
+template <int NV>
+DecodeFn pick_vec(int64_t group) {
+  switch (group) {
+    case 1: return decode_vec<NV, 1>;
+    case 2: return decode_vec<NV, 2>;
+    case 3: return decode_vec<NV, 3>;
+    case 4: return decode_vec<NV, 4>;
+    case 8: return decode_vec<NV, 8>;
+    default: return nullptr;
+  }
+}
+
+DecodeFn pick(int64_t group, int64_t dim) {
+  DecodeFn fn = nullptr;
+  if (dim == 32) fn = pick_vec<2>(group);
+  if (dim == 64) fn = pick_vec<4>(group);
+  if (dim == 128) fn = pick_vec<8>(group);
+  if (fn != nullptr) return fn;
   switch (group) {
     case 1: return decode_one<1>;
     case 2: return decode_one<2>;
@@ -159,7 +263,7 @@ torch::Tensor paged_decode(torch::Tensor query, torch::Tensor key_cache, torch::
   const int32_t* tables = block_tables.data_ptr<int32_t>();
   const int32_t* lens = seq_lens.data_ptr<int32_t>();
   float* o = out.data_ptr<float>();
-  const DecodeFn decode_one_seq = pick(group);
+  const DecodeFn decode_one_seq = pick(group, dim);
   at::parallel_for(0, batch, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores;
     for (int64_t i = begin; i < end; ++i) {

