@@ -35,6 +35,17 @@ inline float exp_nonpositive(float x) {
   return p * scale;
 }
 
+// Softmax numerator in place: s[t] = exp(s[t] - max(s)). Returns 1 / sum, the normalizer.
+inline float exp_shifted(float* s, int64_t len) {
+  const float mx = *std::max_element(s, s + len);
+  float sum = 0.f;
+  for (int64_t t = 0; t < len; ++t) {
+    s[t] = exp_nonpositive(s[t] - mx);
+    sum += s[t];
+  }
+  return 1.f / sum;
+}
+
 // scores[g] = scale * (q_g . k) for the G query heads sharing one kv head: each key row is
 // loaded once for all G. Partial sums in kLanes lanes so the compiler vectorizes the loop.
 template <int G>
@@ -94,13 +105,7 @@ void decode_one(const float* q, const float* kc, const float* vc, const int32_t*
   }
   for (int64_t r = 0; r < heads; ++r) {
     float* s = scores.data() + r * len;
-    const float mx = *std::max_element(s, s + len);
-    float sum = 0.f;
-    for (int64_t t = 0; t < len; ++t) {
-      s[t] = exp_nonpositive(s[t] - mx);
-      sum += s[t];
-    }
-    const float inv = 1.f / sum;
+    const float inv = exp_shifted(s, len);
     for (int64_t t = 0; t < len; ++t) s[t] *= inv;
   }
   std::fill(out, out + heads * dim, 0.f);
@@ -177,16 +182,7 @@ void decode_vec(const float* q, const float* kc, const float* vc, const int32_t*
       }
     }
   }
-  for (int64_t r = 0; r < heads; ++r) {
-    float* s = scores.data() + r * len;
-    const float mx = *std::max_element(s, s + len);
-    float sum = 0.f;
-    for (int64_t t = 0; t < len; ++t) {
-      s[t] = exp_nonpositive(s[t] - mx);
-      sum += s[t];
-    }
-    inv[r] = 1.f / sum;
-  }
+  for (int64_t r = 0; r < heads; ++r) inv[r] = exp_shifted(scores.data() + r * len, len);
   std::fill(out, out + heads * dim, 0.f);
   for (int64_t start = 0; start < len; start += block_size) {
     const float* row = vc + int64_t(table[start / block_size]) * block_size * token_stride;
