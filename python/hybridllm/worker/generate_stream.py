@@ -92,7 +92,11 @@ class GenerateStreamCall:
                 for rid in msg.abort:
                     self.abort(rid)
                 for req in msg.generate:
-                    self.submit(req)
+                    try:
+                        self.submit(req)
+                    except Exception as e:  # noqa: BLE001 - a dead reader would hang the call
+                        logger.exception("submitting %s failed", req.request_id)
+                        self._push(rejected(req.request_id, grpc.StatusCode.INTERNAL, repr(e)))
         finally:
             self._reader_done = True
             self._ready.set()
