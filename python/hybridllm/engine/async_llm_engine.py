@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 
@@ -44,16 +43,11 @@ class AsyncLLMEngine:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.error: BaseException | None = None
         self.num_steps = 0
-        self.last_step_time = time.monotonic()
         self.dead = asyncio.Event()
 
     @classmethod
     def from_engine_args(cls, args: EngineArgs, detokenize: bool = False) -> AsyncLLMEngine:
         return cls(LLMEngine.from_engine_args(args, detokenize=detokenize))
-
-    @property
-    def is_running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive() and self.error is None
 
     def start(self) -> None:
         if self._thread is None:
@@ -172,9 +166,7 @@ class AsyncLLMEngine:
         self.num_steps += 1
         if _FAIL_AT_STEP and self.num_steps >= _FAIL_AT_STEP:
             raise RuntimeError(f"injected fault at step {self.num_steps}")
-        outputs = self.engine.step()
-        self.last_step_time = time.monotonic()
-        return outputs
+        return self.engine.step()
 
     async def shutdown(self) -> None:
         """Stop after the step in flight; requests still running get no more outputs."""
