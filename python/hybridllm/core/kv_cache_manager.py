@@ -68,6 +68,10 @@ class KVCacheManager:
 
     def allocate(self, seq: Sequence, num_new_tokens: int, cached: list[int] | None = None) -> bool:
         """Give seq the blocks for num_new_tokens more tokens; False (and no change) if short."""
+        if not cached and (
+            seq.num_computed_tokens + num_new_tokens <= len(seq.block_table) * self.block_size
+        ):
+            return True  # most decode steps: the last block still has room
         cached = cached or []
         total = seq.num_computed_tokens + len(cached) * self.block_size + num_new_tokens
         needed = self.blocks_needed(total) - len(seq.block_table) - len(cached)
@@ -91,17 +95,18 @@ class KVCacheManager:
 
     def cache_computed_blocks(self, seq: Sequence) -> None:
         """Publish the hashes of seq's blocks that are now full and computed."""
-        if not self.enable_prefix_caching:
+        full = seq.num_computed_tokens // self.block_size
+        if not self.enable_prefix_caching or full <= seq.num_published_blocks:
             return
         self._update_hashes(seq, seq.num_computed_tokens)
-        full = seq.num_computed_tokens // self.block_size
-        for i in range(full):
+        for i in range(seq.num_published_blocks, full):
             block = seq.block_table[i]
             if self.block_hash[block] is not None:
                 continue
             h = seq.block_hashes[i]
             self.block_hash[block] = h
             self.hash_to_block.setdefault(h, block)
+        seq.num_published_blocks = full
 
     def free(self, seq: Sequence) -> None:
         # Tail blocks first, so a prefix outlives its continuations in the LRU order.
@@ -110,3 +115,4 @@ class KVCacheManager:
             if self.ref_counts[block] == 0:
                 self.free_blocks[block] = None
         seq.block_table = []
+        seq.num_published_blocks = 0

@@ -56,6 +56,7 @@ class Sequence:
         self.num_computed_tokens = 0
         self.num_cached_tokens = 0  # prefix-cache hit tokens at first scheduling
         self.block_table: list[int] = []
+        self.num_published_blocks = 0  # leading blocks whose prefix hashes are published
         self.block_hashes: list[bytes] = []  # hashes of this sequence's full blocks, in order
         self.status = SequenceStatus.WAITING
         self.finish_reason: str | None = None
@@ -95,6 +96,7 @@ class Sequence:
         """Preempted: its KV is dropped; prompt and outputs so far are recomputed later."""
         self.num_computed_tokens = 0
         self.block_table = []
+        self.num_published_blocks = 0
         self.status = SequenceStatus.WAITING
         self.num_preemptions += 1
 

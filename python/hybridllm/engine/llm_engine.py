@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from hybridllm.config import EngineArgs, EngineConfig
@@ -34,6 +35,8 @@ class LLMEngine:
         )
         self.scheduler = Scheduler(config.scheduler, self.kv)
         self.output_processor = OutputProcessor(self.tokenizer, detokenize)
+        self._detokenize = detokenize
+        self._eos_token_ids = frozenset(config.model.eos_token_ids)
         self.requests: dict[str, Request] = {}
         self.stats = EngineStats()
         self._aborted: list[Request] = []
@@ -112,26 +115,33 @@ class LLMEngine:
     def get_num_unfinished_requests(self) -> int:
         return len(self.requests)
 
-    def step(self) -> list[RequestOutput]:
+    def step(self, while_running: Callable[[], None] | None = None) -> list[RequestOutput]:
+        """One scheduled forward pass. `while_running` runs once the batch is scheduled, while
+        the forward pass is in flight where the device allows (AsyncLLMEngine hands over the
+        previous step's outputs there), else just before it; not at all when nothing ran."""
         touched: dict[str, Request] = {r.request_id: r for r in self._aborted}
         self._aborted = []
         sched = self.scheduler.schedule()
         if sched.scheduled:
-            result = self.runner.execute(sched)
+            result = self.runner.execute(sched, while_running)
+            cache_computed_blocks = self.kv.cache_computed_blocks
             for item in sched.scheduled:
                 item.seq.num_computed_tokens += item.num_new_tokens
-                self.kv.cache_computed_blocks(item.seq)
-                self._record_prompt_logprobs(item.seq, result)
+                cache_computed_blocks(item.seq)
+                if result.prompt_logprobs:
+                    self._record_prompt_logprobs(item.seq, result)
             for row, seq in enumerate(result.sample_seqs):
                 self._append_token(seq, row, result)
                 touched[seq.request.request_id] = seq.request
         outputs = []
+        make_output = self.output_processor.make_output
         for request in touched.values():
             if not request.reported_first:
                 request.reported_first = True
                 request.first_token_time = time.monotonic()
-            outputs.append(self.output_processor.make_output(request))
-            if request.finished:
+            out = make_output(request)
+            outputs.append(out)
+            if out.finished:
                 self.requests.pop(request.request_id, None)
                 self.stats.requests_finished_total += 1
         return outputs
@@ -156,13 +166,13 @@ class LLMEngine:
         p = seq.params
         if token in p.stop_token_ids:
             self.scheduler.finish(seq, "stop", token)
-        elif not p.ignore_eos and token in self.config.model.eos_token_ids:
+        elif not p.ignore_eos and token in self._eos_token_ids:
             self.scheduler.finish(seq, "stop", None)
-        stop_str = self.output_processor.update_text(seq)
+        stop_str = self.output_processor.update_text(seq) if self._detokenize else None
         if seq.is_finished:
             return
         if stop_str is not None:
             self.scheduler.finish(seq, "stop", stop_str)
-        elif seq.num_output_tokens >= seq.request.max_tokens:
+        elif len(seq.token_ids) - seq.num_prompt_tokens >= seq.request.max_tokens:
             self.scheduler.finish(seq, "length")
             self.output_processor.finish_text(seq)

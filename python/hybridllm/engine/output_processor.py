@@ -67,20 +67,21 @@ class OutputProcessor:
 
     def make_output(self, request: Request) -> RequestOutput:
         outputs = []
+        finished = True
         for seq in request.seqs:
             want_lp = seq.params.logprobs is not None
             outputs.append(
                 CompletionOutput(
-                    index=seq.index,
-                    text=self.text_of(seq),
-                    token_ids=list(seq.output_token_ids),
-                    cumulative_logprob=seq.cumulative_logprob if want_lp else None,
-                    logprobs=list(seq.output_logprobs) if want_lp else None,
-                    finish_reason=seq.finish_reason,
-                    stop_reason=seq.stop_reason,
+                    seq.index,
+                    self.text_of(seq) if self.detokenize else "",
+                    seq.token_ids[seq.num_prompt_tokens :],
+                    seq.cumulative_logprob if want_lp else None,
+                    list(seq.output_logprobs) if want_lp else None,
+                    seq.finish_reason,
+                    seq.stop_reason,
                 )
             )
-        finished = request.finished
+            finished = finished and seq.finish_reason is not None
         if finished:
             for seq in request.seqs:
                 self._text.pop(seq.seq_id, None)

@@ -1,12 +1,13 @@
 """A model runner with no model, for measuring everything around the forward pass.
 
 The scheduler, KV-cache manager, engine loop, gRPC and HTTP layers all run for real; only the
-forward pass is replaced by a fixed sleep and a deterministic token per sequence.
+forward pass is replaced by a fixed wait and a deterministic token per sequence.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from hybridllm.config import EngineConfig
 from hybridllm.core.scheduler import SchedulerOutput
@@ -25,9 +26,16 @@ class MockModelRunner:
         self.step_s = config.args.mock_step_ms / 1000.0
         self.num_blocks = num_kv_blocks(config)
 
-    def execute(self, sched: SchedulerOutput) -> StepResult:
-        if self.step_s > 0:
-            time.sleep(self.step_s)
+    def execute(
+        self, sched: SchedulerOutput, while_running: Callable[[], None] | None = None
+    ) -> StepResult:
+        """Like a GPU forward pass: `while_running` runs within the step's time, not after."""
+        start = time.perf_counter()
+        if while_running is not None:
+            while_running()
+        left = self.step_s - (time.perf_counter() - start)
+        if left > 0:
+            time.sleep(left)
         seqs = [item.seq for item in sched.scheduled if item.samples]
         tokens = [_FIRST_TOKEN + s.num_tokens % _NUM_TOKENS for s in seqs]
         none: list[None] = [None] * len(seqs)

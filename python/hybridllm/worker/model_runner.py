@@ -8,6 +8,7 @@ layers, torch attention and the torch sampler, exactly as before.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -169,14 +170,23 @@ class ModelRunner:
         )
 
     @torch.inference_mode()
-    def execute(self, sched: SchedulerOutput) -> StepResult:
+    def execute(
+        self, sched: SchedulerOutput, while_running: Callable[[], None] | None = None
+    ) -> StepResult:
+        """The forward pass and sampling. `while_running` is called once: on CUDA after the
+        forward pass is queued (it runs while the GPU computes), on CPU before it."""
         inputs = self.prepare(sched)
+        overlap = self.device.type == "cuda"
+        if while_running is not None and not overlap:
+            while_running()
         if self.graphs is not None and self.graphs.can_run(inputs.meta):
             hidden = self.graphs.run(inputs.input_ids, inputs.positions, inputs.meta)
         else:
             hidden = self.model(
                 inputs.input_ids, inputs.positions, self.kv_caches, inputs.meta, self.backend
             )
+        if while_running is not None and overlap:
+            while_running()
         prompt_logprobs = self._prompt_logprobs(hidden, inputs)
         if len(inputs.sample_rows) == hidden.shape[0]:
             # Every row samples (all decode, or one-token chunks): rows 0..T-1 in order.
