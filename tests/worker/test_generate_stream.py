@@ -11,7 +11,7 @@ from hybridllm import SamplingParams
 from hybridllm.proto import engine_pb2 as pb
 from hybridllm.worker.grpc_client import EngineGrpcClient
 from hybridllm.worker.proto_convert import sampling_params_to_proto
-from tests.worker.test_grpc_worker import PROMPT_IDS, collect
+from tests.worker.test_grpc_worker import PROMPT_IDS, collect, start_worker, stop
 
 _END = object()
 
@@ -117,3 +117,43 @@ async def test_abort_one_then_cancel_the_call_frees_everything(worker: str) -> N
     call.half_close()
     assert len(tokens_of([r for b in await call.read() for r in b.responses])) == 3
     await client.close()
+
+
+async def test_duplicate_id_on_a_call_is_refused_and_the_first_runs_on(worker: str) -> None:
+    client = EngineGrpcClient(worker)
+    call = StreamCall(client)
+    params = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+    call.generate("twice", PROMPT_IDS, params)
+    call.generate("twice", PROMPT_IDS, params)
+    call.half_close()
+    responses = [r for b in await call.read() for r in b.responses]
+    refused = [r for r in responses if r.HasField("rejected")]
+    assert len(refused) == 1 and "already in use" in refused[0].rejected.message
+    served = [r for r in responses if not r.HasField("rejected")]
+    assert len(tokens_of(served)) == 6 and served[-1].finished
+    await client.close()
+
+
+async def test_engine_fault_ends_every_request_on_the_call(model_path) -> None:
+    proc, address = start_worker(model_path, {"HYBRIDLLM_TEST_FAIL_AT_STEP": "4"})
+    try:
+        client = EngineGrpcClient(address)
+        call = StreamCall(client)
+        for i in range(3):
+            call.generate(f"doomed{i}", PROMPT_IDS[: 4 + i],
+                          SamplingParams(temperature=0, max_tokens=50, ignore_eos=True))
+        call.half_close()
+        by_id: dict[str, list[pb.GenerateResponse]] = {}
+        for batch in await call.read():
+            for r in batch.responses:
+                by_id.setdefault(r.request_id, []).append(r)
+        assert set(by_id) == {"doomed0", "doomed1", "doomed2"}
+        for rs in by_id.values():
+            last = rs[-1]
+            assert last.finished and "injected fault" in last.error
+            assert last.sequences[0].finish_reason == pb.FINISH_REASON_ERROR
+            assert 0 < len(tokens_of(rs)) < 50
+        await client.close()
+        assert await asyncio.to_thread(proc.wait, 30) != 0
+    finally:
+        stop(proc)

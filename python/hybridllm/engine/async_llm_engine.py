@@ -1,10 +1,20 @@
 """AsyncLLMEngine: LLMEngine.step() back to back on an engine thread, outputs delivered to
-each request's sink on the event loop.
+each request's sink on the event loop, or to a StepConsumer on the engine thread.
 
 The engine thread owns the scheduler: adds and aborts reach it through a queue and are applied
 between steps, in the order they were made. Steps run one after another without waiting for
 the event loop (torch releases the GIL while it computes), and each step's outputs are handed
 to the event loop in one call, so serving traffic and stepping overlap.
+
+A StepConsumer (the gRPC worker's GenerateStream call) turns a step's outputs into its own
+message right there on the engine thread and hands the event loop only bytes: the loop then
+holds the GIL for microseconds per step, instead of keeping the engine thread waiting for it
+when its forward pass ends.
+
+A step's outputs are handed on while the next step's forward pass is in flight (before it,
+where the forward pass runs on this thread's CPU), and all the event loop is to do with them
+goes out in one wake-up: the loop does its part while the engine thread waits on the model
+(GIL released), and building them costs the GPU no idle time.
 """
 
 from __future__ import annotations
@@ -14,6 +24,8 @@ import os
 import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable
+from functools import partial
+from typing import Protocol
 
 from hybridllm.config import EngineArgs
 from hybridllm.engine.llm_engine import LLMEngine
@@ -24,8 +36,19 @@ from hybridllm.sampling_params import SamplingParams
 _FAIL_AT_STEP = int(os.environ.get("HYBRIDLLM_TEST_FAIL_AT_STEP", "0"))
 
 OutputSink = Callable[["RequestOutput | BaseException"], None]
-# ("add", request_id, prompt, params) or ("abort", request_id, None, None)
-_Op = tuple[str, str, "str | list[int] | None", "SamplingParams | None"]
+# One request's output of a step, or the exception that ended it.
+StepItem = tuple[str, "RequestOutput | BaseException"]
+
+
+class StepConsumer(Protocol):
+    def on_step(self, items: list[StepItem]) -> Callable[[], None] | None:
+        """Its requests' outputs of one step, on the engine thread (after the engine died: on
+        the event loop, each with an EngineDeadError); returns what the event loop is to run
+        with the result, if anything. Must not raise."""
+
+
+# ("add", request_id, prompt, params, consumer) or ("abort", request_id, None, None, None)
+_Op = tuple[str, str, "str | list[int] | None", "SamplingParams | None", "StepConsumer | None"]
 
 
 class EngineDeadError(RuntimeError):
@@ -36,6 +59,9 @@ class AsyncLLMEngine:
     def __init__(self, engine: LLMEngine) -> None:
         self.engine = engine
         self._sinks: dict[str, OutputSink] = {}  # event-loop side only
+        self._consumers: dict[str, StepConsumer] = {}  # engine-thread side only
+        self._outbox: list[Callable[[], None]] = []  # engine thread -> event loop, batched
+        self._unsent: list[RequestOutput] = []  # the last step's, until the next forward pass
         self._ops: deque[_Op] = deque()  # event loop -> engine thread
         self._wakeup = threading.Event()
         self._stopping = False
@@ -62,16 +88,30 @@ class AsyncLLMEngine:
         produces them, or one exception (EngineDeadError, ValueError) that ends it. Nothing
         follows a finished output or an exception. Raises at once for a prompt the engine can
         never take or a duplicate id."""
-        if self.error is not None:
-            raise EngineDeadError(f"engine loop has died: {self.error!r}")
         if request_id in self._sinks:
             raise ValueError(f"request id {request_id!r} is already in use.")
+        self._check_add(prompt)
+        self._sinks[request_id] = sink
+        self._ops.append(("add", request_id, prompt, params, None))
+        self._wakeup.set()
+
+    def add_request_to(
+        self, request_id: str, prompt: str | list[int], params: SamplingParams,
+        consumer: StepConsumer,
+    ) -> None:
+        """Queue a request whose outputs go to `consumer` on the engine thread, together with
+        the other outputs of the same step that are its. A refusal the engine makes later (a
+        duplicate id) reaches it as a ValueError item."""
+        self._check_add(prompt)
+        self._ops.append(("add", request_id, prompt, params, consumer))
+        self._wakeup.set()
+
+    def _check_add(self, prompt: str | list[int]) -> None:
+        if self.error is not None:
+            raise EngineDeadError(f"engine loop has died: {self.error!r}")
         if isinstance(prompt, list):
             self.engine.validate_prompt(prompt)  # fail fast, in the caller's context
         self.start()
-        self._sinks[request_id] = sink
-        self._ops.append(("add", request_id, prompt, params))
-        self._wakeup.set()
 
     async def generate(
         self, prompt: str | list[int], params: SamplingParams, request_id: str
@@ -98,7 +138,7 @@ class AsyncLLMEngine:
         """Abort at the next step boundary; its KV blocks are freed then. Its sink gets no more
         outputs."""
         self._sinks.pop(request_id, None)
-        self._ops.append(("abort", request_id, None, None))
+        self._ops.append(("abort", request_id, None, None, None))
         self._wakeup.set()
 
     # -- engine thread -------------------------------------------------------------------
@@ -106,31 +146,72 @@ class AsyncLLMEngine:
     def _apply_ops(self) -> None:
         ops = self._ops
         while ops:
-            op = ops.popleft()
-            if op[0] == "abort":
-                self.engine.abort_request([op[1]])
+            kind, request_id, prompt, params, consumer = ops.popleft()
+            if kind == "abort":
+                self._consumers.pop(request_id, None)
+                self.engine.abort_request([request_id])
                 continue
-            _, request_id, prompt, params = op
             assert prompt is not None and params is not None
             try:
                 self.engine.add_request(request_id, prompt, params)
             except ValueError as e:
-                self._call_on_loop(self._reject, request_id, e)
+                if consumer is None:
+                    self._outbox.append(partial(self._reject, request_id, e))
+                elif (then := consumer.on_step([(request_id, e)])) is not None:
+                    self._outbox.append(then)
+                continue
+            if consumer is not None:
+                self._consumers[request_id] = consumer
 
     def _run(self) -> None:
         try:
             while not self._stopping:
                 self._apply_ops()
                 if not self.engine.has_unfinished_requests():
+                    self._hand_over()
                     # An op made after the check sets the event, so wait() returns at once.
                     self._wakeup.wait()
                     self._wakeup.clear()
                     continue
                 outputs = self._step()
-                if outputs:
-                    self._call_on_loop(self._deliver, outputs)
+                self._hand_over()  # if the step ran no forward pass, the last step's are due
+                self._unsent = outputs
+            self._hand_over()
         except BaseException as e:  # noqa: BLE001 - any failure kills the engine
-            self._call_on_loop(self._die, e)
+            try:
+                self._hand_over()  # what the steps before the failure produced goes out first
+            finally:
+                self._call_on_loop(self._die, e)
+
+    def _hand_over(self) -> None:
+        """The last step's outputs to their consumers, then everything queued for the event
+        loop to it in one wake-up."""
+        if self._unsent:
+            outputs, self._unsent = self._unsent, []
+            self._dispatch(outputs)
+        if self._outbox:
+            batch, self._outbox = self._outbox, []
+            self._call_on_loop(_run_all, batch)
+
+    def _dispatch(self, outputs: list[RequestOutput]) -> None:
+        """Consumers' outputs to them, here and now; the rest queued for the event loop."""
+        consumers = self._consumers
+        batches: dict[StepConsumer, list[StepItem]] = {}
+        rest = []
+        for out in outputs:
+            rid = out.request_id
+            consumer = consumers.pop(rid, None) if out.finished else consumers.get(rid)
+            if consumer is None:
+                rest.append(out)
+            elif (batch := batches.get(consumer)) is None:
+                batches[consumer] = [(rid, out)]
+            else:
+                batch.append((rid, out))
+        for consumer, batch in batches.items():
+            if (then := consumer.on_step(batch)) is not None:
+                self._outbox.append(then)
+        if rest:
+            self._outbox.append(partial(self._deliver, rest))
 
     def _call_on_loop(self, fn: Callable[..., None], *args: object) -> None:
         assert self._loop is not None
@@ -160,13 +241,25 @@ class AsyncLLMEngine:
         sinks, self._sinks = self._sinks, {}
         for sink in sinks.values():
             sink(dead)
+        # The engine thread has ended: what it owned is the loop's now.
+        batches: dict[StepConsumer, list[StepItem]] = {}
+        for rid, consumer in self._consumers.items():
+            batches.setdefault(consumer, []).append((rid, dead))
+        for kind, rid, _, _, consumer in self._ops:
+            if kind == "add" and consumer is not None:
+                batches.setdefault(consumer, []).append((rid, dead))
+        self._consumers.clear()
+        self._ops.clear()
+        for consumer, batch in batches.items():
+            if (then := consumer.on_step(batch)) is not None:
+                then()
         self.dead.set()
 
     def _step(self) -> list[RequestOutput]:
         self.num_steps += 1
         if _FAIL_AT_STEP and self.num_steps >= _FAIL_AT_STEP:
             raise RuntimeError(f"injected fault at step {self.num_steps}")
-        return self.engine.step()
+        return self.engine.step(while_running=self._hand_over)
 
     async def shutdown(self) -> None:
         """Stop after the step in flight; requests still running get no more outputs."""
@@ -174,3 +267,8 @@ class AsyncLLMEngine:
         self._wakeup.set()
         if self._thread is not None:
             await asyncio.to_thread(self._thread.join)
+
+
+def _run_all(callbacks: list[Callable[[], None]]) -> None:
+    for callback in callbacks:
+        callback()

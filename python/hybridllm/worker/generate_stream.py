@@ -1,20 +1,21 @@
 """One GenerateStream call: many requests in, one message per engine step out.
 
-The engine loop hands each step's outputs to the requests' sinks one after another without
-yielding to the event loop, so by the time the writer below runs, the whole step is pending
-and goes out as one message. A slow reader gets several steps in one message, still one
-response per request per step, so the frontend sees the same deltas either way.
+The call is its requests' StepConsumer: the engine thread builds and serializes each step's
+message as soon as the step ends, and the event loop only writes the bytes. A slow reader gets
+several steps in one message (serialized protobuf messages concatenate into their merge),
+still one response per request per step, so the frontend sees the same deltas either way.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from functools import partial
 
 import grpc
 
-from hybridllm.engine.async_llm_engine import AsyncLLMEngine, EngineDeadError
+from hybridllm.engine.async_llm_engine import AsyncLLMEngine, EngineDeadError, StepItem
 from hybridllm.outputs import RequestOutput
 from hybridllm.proto import engine_pb2 as pb
 from hybridllm.worker.proto_convert import sampling_params_from_proto
@@ -27,8 +28,9 @@ class GenerateStreamCall:
     def __init__(self, engine: AsyncLLMEngine, draining: bool) -> None:
         self.engine = engine
         self.draining = draining  # refuse new requests; end the call once the last finishes
+        # Running requests; written on the event loop, read by the engine thread.
         self.active: dict[str, ResponseBuilder] = {}
-        self._pending: list[pb.GenerateResponse] = []
+        self._pending: list[bytes] = []  # serialized GenerateStreamResponses
         self._ready = asyncio.Event()
         self._reader_done = False
 
@@ -37,7 +39,12 @@ class GenerateStreamCall:
         self._ready.set()
 
     def _push(self, resp: pb.GenerateResponse) -> None:
-        self._pending.append(resp)
+        self._push_bytes(pb.GenerateStreamResponse(responses=[resp]).SerializeToString(), ())
+
+    def _push_bytes(self, data: bytes, finished: tuple[str, ...] | list[str]) -> None:
+        for rid in finished:
+            self.active.pop(rid, None)
+        self._pending.append(data)
         self._ready.set()
 
     def submit(self, req: pb.GenerateRequest) -> None:
@@ -45,37 +52,52 @@ class GenerateStreamCall:
         if self.draining:
             self._push(rejected(rid, grpc.StatusCode.UNAVAILABLE, "the engine is shutting down"))
             return
+        if rid in self.active:
+            self._push(rejected(rid, grpc.StatusCode.INVALID_ARGUMENT,
+                                f"request id {rid!r} is already in use."))
+            return
         try:
             params = sampling_params_from_proto(req.sampling_params)
             builder = ResponseBuilder(rid, params)
-            self.engine.add_request(
-                rid, list(req.prompt_token_ids), params,
-                lambda item: self._on_output(builder, item),
-            )
+            self.active[rid] = builder
+            self.engine.add_request_to(rid, list(req.prompt_token_ids), params, self)
         except ValueError as e:
-            self._push(rejected(rid, grpc.StatusCode.INVALID_ARGUMENT, str(e)))
-            return
-        except EngineDeadError as e:
-            self._push(builder.error(str(e)))
-            return
-        self.active[rid] = builder
-
-    def _on_output(self, builder: ResponseBuilder, item: RequestOutput | BaseException) -> None:
-        rid = builder.request_id
-        if isinstance(item, ValueError):
-            resp = rejected(rid, grpc.StatusCode.INVALID_ARGUMENT, str(item))
-        elif isinstance(item, BaseException):
-            resp = builder.error(str(item))
-        else:
-            try:
-                resp = builder.response(item)
-            except Exception as e:  # noqa: BLE001 - one bad request must not stop the loop
-                logger.exception("building the response of %s failed", rid)
-                self.engine.abort(rid)
-                resp = builder.error(f"internal error: {e!r}")
-        if resp.finished:
             self.active.pop(rid, None)
-        self._push(resp)
+            self._push(rejected(rid, grpc.StatusCode.INVALID_ARGUMENT, str(e)))
+        except EngineDeadError as e:
+            self.active.pop(rid, None)
+            self._push(builder.error(str(e)))
+
+    def on_step(self, items: list[StepItem]) -> Callable[[], None] | None:
+        """Engine thread: this step's responses, serialized, for the event loop to send."""
+        msg = pb.GenerateStreamResponse()
+        finished = []
+        active = self.active
+        for rid, item in items:
+            builder = active.get(rid)
+            if builder is None:
+                continue  # aborted here while the step was running
+            if isinstance(item, ValueError):
+                msg.responses.append(rejected(rid, grpc.StatusCode.INVALID_ARGUMENT, str(item)))
+            elif isinstance(item, BaseException):
+                msg.responses.append(builder.error(str(item)))
+            else:
+                self._fill(msg, builder, item)
+            if msg.responses[-1].finished:
+                finished.append(rid)
+        if not msg.responses:
+            return None
+        return partial(self._push_bytes, msg.SerializeToString(), finished)
+
+    def _fill(self, msg: pb.GenerateStreamResponse, builder: ResponseBuilder,
+              out: RequestOutput) -> None:
+        try:
+            builder.fill(msg.responses.add(), out)
+        except Exception as e:  # noqa: BLE001 - one bad request must not stop the engine
+            logger.exception("building the response of %s failed", builder.request_id)
+            self.engine.abort(builder.request_id)
+            del msg.responses[-1]
+            msg.responses.append(builder.error(f"internal error: {e!r}"))
 
     def abort(self, request_id: str) -> None:
         if self.active.pop(request_id, None) is not None:
@@ -96,17 +118,19 @@ class GenerateStreamCall:
                         self.submit(req)
                     except Exception as e:  # noqa: BLE001 - a dead reader would hang the call
                         logger.exception("submitting %s failed", req.request_id)
+                        self.abort(req.request_id)
                         self._push(rejected(req.request_id, grpc.StatusCode.INTERNAL, repr(e)))
         finally:
             self._reader_done = True
             self._ready.set()
 
-    async def responses(self) -> AsyncIterator[pb.GenerateStreamResponse]:
-        """Until the frontend half-closes (or the worker drains) and the last request ends."""
+    async def responses(self) -> AsyncIterator[bytes]:
+        """Serialized GenerateStreamResponses, until the frontend half-closes (or the worker
+        drains) and the last request ends."""
         while True:
             if self._pending:
                 batch, self._pending = self._pending, []
-                yield pb.GenerateStreamResponse(responses=batch)
+                yield batch[0] if len(batch) == 1 else b"".join(batch)
             elif (self._reader_done or self.draining) and not self.active:
                 return
             else:

@@ -57,7 +57,8 @@ class EngineServicer(pb_grpc.EngineServicer):
         self,
         requests: AsyncIterator[pb.GenerateStreamRequest],
         context: grpc.aio.ServicerContext,
-    ) -> AsyncIterator[pb.GenerateStreamResponse]:
+    ) -> AsyncIterator[bytes]:
+        """Yields GenerateStreamResponses already serialized (see _register)."""
         call = GenerateStreamCall(self.engine, draining=self.draining)
         self.calls.add(call)
         reader = asyncio.create_task(call.read(requests))
@@ -131,6 +132,36 @@ class EngineServicer(pb_grpc.EngineServicer):
         )
 
 
+class _HandlerRecorder:
+    """Stands in for the server while the generated code lists its method handlers."""
+
+    def __init__(self) -> None:
+        self.service = ""
+        self.handlers: dict[str, grpc.RpcMethodHandler] = {}
+
+    def add_generic_rpc_handlers(self, handlers: object) -> None:
+        pass
+
+    def add_registered_method_handlers(
+        self, service: str, handlers: dict[str, grpc.RpcMethodHandler]
+    ) -> None:
+        self.service, self.handlers = service, dict(handlers)
+
+
+def _register(servicer: EngineServicer, server: grpc.aio.Server) -> None:
+    """The generated handlers, except that GenerateStream's responses leave as the bytes the
+    engine thread serialized."""
+    rec = _HandlerRecorder()
+    pb_grpc.add_EngineServicer_to_server(servicer, rec)
+    rec.handlers["GenerateStream"] = rec.handlers["GenerateStream"]._replace(
+        response_serializer=None
+    )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(rec.service, rec.handlers),)
+    )
+    server.add_registered_method_handlers(rec.service, rec.handlers)
+
+
 def _bind_address(address: str) -> str:
     if address.startswith("unix://"):
         path = address[len("unix://") :]
@@ -148,7 +179,7 @@ async def serve(engine: AsyncLLMEngine, address: str, served_model_name: str,
     gc.freeze()
     server = grpc.aio.server(options=GRPC_OPTIONS)
     servicer = EngineServicer(engine, served_model_name)
-    pb_grpc.add_EngineServicer_to_server(servicer, server)
+    _register(servicer, server)
     server.add_insecure_port(_bind_address(address))
     await server.start()
     engine.start()

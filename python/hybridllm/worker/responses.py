@@ -19,8 +19,15 @@ class ResponseBuilder:
 
     def response(self, out: RequestOutput) -> pb.GenerateResponse:
         """The tokens this step added (the first message also carries the prompt facts)."""
+        resp = pb.GenerateResponse()
+        self.fill(resp, out)
+        return resp
+
+    def fill(self, resp: pb.GenerateResponse, out: RequestOutput) -> None:
+        """response(), written into an empty message (one inside a batch: no copy)."""
         params, sent = self.params, self.sent
-        resp = pb.GenerateResponse(request_id=self.request_id, finished=out.finished)
+        resp.request_id = self.request_id
+        resp.finished = out.finished
         if self.first:
             self.first = False
             resp.prompt.CopyFrom(self._prompt_info(out))
@@ -28,7 +35,7 @@ class ResponseBuilder:
             new = o.token_ids[sent[o.index] :]
             if not new and o.finish_reason is None:
                 continue
-            delta = pb.SequenceDelta(
+            delta = resp.sequences.add(
                 index=o.index, token_ids=new, finish_reason=FINISH_REASONS[o.finish_reason]
             )
             if o.logprobs is not None:
@@ -41,8 +48,6 @@ class ResponseBuilder:
             elif o.finish_reason == "stop" and o.stop_reason is None and o.token_ids:
                 delta.stop_token_id = o.token_ids[-1]  # the EOS token
             sent[o.index] = len(o.token_ids)
-            resp.sequences.append(delta)
-        return resp
 
     def _prompt_info(self, out: RequestOutput) -> pb.PromptInfo:
         prompt = pb.PromptInfo(
