@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import orjson
@@ -89,61 +87,73 @@ def _text_of(choice: dict) -> str:
     return choice.get("text") or ""
 
 
-@asynccontextmanager
-async def _post(session, url: str, payload: bytes) -> AsyncIterator[
-        tuple[int, AsyncIterator[bytes]]]:
-    """(status, body chunks) from an aiohttp session or a RawPool."""
-    if hasattr(session, "post_stream"):
-        async with session.post_stream(url, payload) as out:
-            yield out
-    else:
-        async with session.post(url, data=payload) as resp:
-            yield resp.status, resp.content.iter_any()
+class _EventStream:
+    """What one streamed response says, fed its body bytes as they arrive."""
+
+    def __init__(self, res: RequestResult, start: float) -> None:
+        self.res = res
+        self.start = start
+        self.last = 0.0
+        self.chunks = 0
+        self.head = b""  # the body's first bytes, for an error status's message
+        self._parser = SSEParser()
+
+    def feed(self, data: bytes) -> None:
+        now = time.perf_counter()
+        if len(self.head) < 200:
+            self.head += data[: 200 - len(self.head)]
+        res = self.res
+        if res.error:
+            return
+        for event in self._parser.feed(data):
+            if event == b"[DONE]":
+                continue
+            msg = orjson.loads(event)
+            if "error" in msg and "choices" not in msg:
+                res.error = f"stream error: {str(msg['error'])[:200]}"
+                return
+            choices = msg.get("choices")
+            if choices and _text_of(choices[0]):
+                self.chunks += 1
+                if self.last == 0.0:
+                    res.ttft = now - self.start
+                else:
+                    res.itl.append(now - self.last)
+                self.last = now
+            usage = msg.get("usage")
+            if usage:
+                res.prompt_tokens = usage.get("prompt_tokens", 0)
+                res.output_tokens = usage.get("completion_tokens", 0)
 
 
 async def send_request(session, url: str, payload: bytes) -> RequestResult:
     """POST one streaming request; TTFT is the first chunk carrying generated text (a
     role-only first chunk does not count), ITL the gaps between text-bearing chunks, token
     counts from the final usage chunk (text-bearing chunks when the server sends no usage)."""
+    from hybridllm.bench.rawhttp import RawPool
+
     res = RequestResult()
-    parser = SSEParser()
     start = time.perf_counter()
-    last = 0.0
-    chunks = 0
-    loads = orjson.loads
+    stream = _EventStream(res, start)
     try:
-        async with _post(session, url, payload) as (status, body):
-            if status != 200:
-                text = b""
-                async for data in body:
-                    text += data
-                res.error = f"HTTP {status}: {text[:200].decode(errors='replace')}"
-                return res
-            async for data in body:
-                now = time.perf_counter()
-                for event in parser.feed(data):
-                    if event == b"[DONE]":
-                        continue
-                    msg = loads(event)
-                    if "error" in msg and "choices" not in msg:
-                        res.error = f"stream error: {str(msg['error'])[:200]}"
-                        return res
-                    choices = msg.get("choices")
-                    if choices and _text_of(choices[0]):
-                        chunks += 1
-                        if last == 0.0:
-                            res.ttft = now - start
-                        else:
-                            res.itl.append(now - last)
-                        last = now
-                    usage = msg.get("usage")
-                    if usage:
-                        res.prompt_tokens = usage.get("prompt_tokens", 0)
-                        res.output_tokens = usage.get("completion_tokens", 0)
+        if isinstance(session, RawPool):
+            status = await session.post(url, payload, stream.feed)
+        else:
+            async with session.post(url, data=payload) as resp:
+                status = resp.status
+                async for data in resp.content.iter_any():
+                    stream.feed(data)
+                    if res.error:
+                        break
+        if status != 200:
+            res.error = f"HTTP {status}: {stream.head.decode(errors='replace')}"
+            return res
+        if res.error:
+            return res
         res.latency = time.perf_counter() - start
         if not res.output_tokens:
-            res.output_tokens = chunks
-        if last == 0.0:
+            res.output_tokens = stream.chunks
+        if stream.last == 0.0:
             res.error = "no generated text in the stream"
         else:
             res.success = True
