@@ -1,7 +1,7 @@
 //! POST /v1/chat/completions.
 use super::generate::{generate_many, tokenize, Finish, GenEvent, GenRequest};
 use super::logprobs::{chat_content, prompt_logprobs};
-use super::sse::sse_response;
+use super::sse::{frame, sse_response, Chunk};
 use super::{check_model, new_id, now, JsonBody, StreamOptions};
 use crate::errors::ApiError;
 use crate::server::AppState;
@@ -10,7 +10,7 @@ use crate::validation::{fit_max_tokens, SamplingRequest};
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 
@@ -42,6 +42,26 @@ pub struct TemplateArgs {
 
 /// OpenAI content parts become one string (text parts joined by newlines); tool-call
 /// arguments given as JSON text become objects, as vLLM does, so templates can iterate them.
+/// One choice of a streamed chat chunk.
+#[derive(Serialize)]
+struct ChoiceDelta<'a> {
+    index: u32,
+    delta: Delta<'a>,
+    logprobs: &'a Value,
+    finish_reason: Option<&'static str>,
+    /// vLLM's extension, on the last chunk of a choice only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stop_reason: Option<&'a Value>,
+}
+
+#[derive(Serialize)]
+struct Delta<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    role: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    content: Option<&'a str>,
+}
+
 fn prepare_messages(messages: &[Value]) -> Result<Vec<Value>, ApiError> {
     if messages.is_empty() {
         return Err(ApiError::bad_param(
@@ -177,17 +197,21 @@ pub async fn handle(
 
     if req.stream.unwrap_or(false) {
         let usage = req.stream_options.is_some_and(|o| o.include_usage);
-        let chunk = move |choices: Value, usage_v: Option<Value>| {
-            let mut c = json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model, "choices": choices});
-            if usage {
-                c["usage"] = usage_v.unwrap_or(Value::Null);
-            }
-            c
+        let null_usage = usage.then_some(&Value::Null);
+        let chunk = move |choices: &[ChoiceDelta], usage_v: Option<&Value>| {
+            frame(&Chunk {
+                id: &id,
+                object: "chat.completion.chunk",
+                created,
+                model: &model,
+                choices,
+                usage: usage_v,
+            })
         };
         let st = state.clone();
         let s = async_stream::stream! {
             for i in 0..n {
-                yield Ok(chunk(json!([{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null}]), None));
+                yield Ok(chunk(&[ChoiceDelta { index: i, delta: Delta { role: Some("assistant"), content: Some("") }, logprobs: &Value::Null, finish_reason: None, stop_reason: None }], null_usage));
             }
             let (mut prompt_tokens, mut cached, mut completion) = (prompt_len, 0u32, 0usize);
             while let Some(ev) = events.next().await {
@@ -200,18 +224,21 @@ pub async fn handle(
                             continue;
                         }
                         let lp = if want_lp { json!({"content": chat_content(&st.tokenizer, &logprobs, top_n)}) } else { Value::Null };
-                        let delta = if text.is_empty() && finish.is_some() { json!({}) } else { json!({"content": text}) };
-                        let mut c = json!({"index": index, "delta": delta, "logprobs": lp, "finish_reason": finish.as_ref().map(|f| f.reason)});
-                        if let Some(f) = finish {
-                            c["stop_reason"] = f.stop_reason;
-                        }
-                        yield Ok(chunk(json!([c]), None));
+                        let content = (!text.is_empty() || finish.is_none()).then_some(text.as_str());
+                        let c = ChoiceDelta {
+                            index,
+                            delta: Delta { role: None, content },
+                            logprobs: &lp,
+                            finish_reason: finish.as_ref().map(|f| f.reason),
+                            stop_reason: finish.as_ref().map(|f| &f.stop_reason),
+                        };
+                        yield Ok(chunk(&[c], null_usage));
                     }
                 }
             }
             if usage {
                 let u = usage_json(prompt_tokens, completion, cached);
-                yield Ok(chunk(json!([]), Some(u)));
+                yield Ok(chunk(&[], Some(&u)));
             }
         };
         return Ok(sse_response(s));

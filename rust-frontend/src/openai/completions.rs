@@ -2,7 +2,7 @@
 use super::chat::usage_json;
 use super::generate::{generate_many, tokenize, Finish, GenEvent, GenRequest};
 use super::logprobs::{prompt_logprobs, CompletionLogprobs};
-use super::sse::sse_response;
+use super::sse::{frame, sse_response, Chunk};
 use super::{check_model, new_id, now, JsonBody, StreamOptions};
 use crate::errors::ApiError;
 use crate::server::AppState;
@@ -11,7 +11,7 @@ use crate::validation::{fit_max_tokens, SamplingRequest};
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::sync::Arc;
 
@@ -63,6 +63,16 @@ fn parse_prompts(v: &Value) -> Result<Vec<Prompt>, ApiError> {
             .collect(),
         _ => Err(bad()),
     }
+}
+
+/// One choice of a streamed completion chunk.
+#[derive(Serialize)]
+struct TextChoice<'a> {
+    index: usize,
+    text: &'a str,
+    logprobs: &'a Value,
+    finish_reason: Option<&'static str>,
+    stop_reason: &'a Value,
 }
 
 #[derive(Default)]
@@ -144,12 +154,16 @@ pub async fn handle(
 
     if req.stream.unwrap_or(false) {
         let usage = req.stream_options.is_some_and(|o| o.include_usage);
-        let chunk = move |choices: Value, usage_v: Option<Value>| {
-            let mut c = json!({"id": id, "object": "text_completion", "created": created, "model": model, "choices": choices});
-            if usage {
-                c["usage"] = usage_v.unwrap_or(Value::Null);
-            }
-            c
+        let null_usage = usage.then_some(&Value::Null);
+        let chunk = move |choices: &[TextChoice], usage_v: Option<&Value>| {
+            frame(&Chunk {
+                id: &id,
+                object: "text_completion",
+                created,
+                model: &model,
+                choices,
+                usage: usage_v,
+            })
         };
         let st = state.clone();
         let s = async_stream::stream! {
@@ -157,7 +171,7 @@ pub async fn handle(
             if echo {
                 for (p, text) in echoes.iter().enumerate() {
                     for j in 0..n {
-                        yield Ok(chunk(json!([{"index": p * n + j, "text": text, "logprobs": null, "finish_reason": null, "stop_reason": null}]), None));
+                        yield Ok(chunk(&[TextChoice { index: p * n + j, text, logprobs: &Value::Null, finish_reason: None, stop_reason: &Value::Null }], null_usage));
                     }
                 }
             }
@@ -179,13 +193,14 @@ pub async fn handle(
                             acc.offset = delta.offset;
                             delta.to_json()
                         } else { Value::Null };
-                        let (reason, stop_reason) = match finish { Some(f) => (json!(f.reason), f.stop_reason), None => (Value::Null, Value::Null) };
-                        yield Ok(chunk(json!([{"index": ci, "text": text, "logprobs": lp, "finish_reason": reason, "stop_reason": stop_reason}]), None));
+                        let (reason, stop_reason) = match finish { Some(f) => (Some(f.reason), f.stop_reason), None => (None, Value::Null) };
+                        yield Ok(chunk(&[TextChoice { index: ci, text: &text, logprobs: &lp, finish_reason: reason, stop_reason: &stop_reason }], null_usage));
                     }
                 }
             }
             if usage {
-                yield Ok(chunk(json!([]), Some(usage_json(prompt_tokens.iter().sum(), completion, cached))));
+                let u = usage_json(prompt_tokens.iter().sum(), completion, cached);
+                yield Ok(chunk(&[], Some(&u)));
             }
         };
         return Ok(sse_response(s));

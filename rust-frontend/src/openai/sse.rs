@@ -6,26 +6,45 @@ use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
+use serde::Serialize;
 use serde_json::Value;
 use std::convert::Infallible;
 
-pub fn frame(v: &Value) -> Bytes {
-    Bytes::from(format!(
-        "data: {}\n\n",
-        serde_json::to_string(v).unwrap_or_default()
-    ))
+/// One SSE event: `data: <json>\n\n`, serialized straight into the frame's buffer.
+pub fn frame<T: Serialize + ?Sized>(v: &T) -> Bytes {
+    let mut buf = Vec::with_capacity(256);
+    buf.extend_from_slice(b"data: ");
+    // Serializing our own types and JSON values into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut buf, v);
+    buf.extend_from_slice(b"\n\n");
+    Bytes::from(buf)
 }
 
 pub const DONE: &[u8] = b"data: [DONE]\n\n";
 
-/// Wraps a stream of chunks; the stream (and so the engine call) lives as long as the body.
+/// The envelope of every streamed chunk, borrowed from the request's state: serialized
+/// without building a JSON tree per token. Field order is the wire order.
+#[derive(Serialize)]
+pub struct Chunk<'a, C: Serialize> {
+    pub id: &'a str,
+    pub object: &'static str,
+    pub created: i64,
+    pub model: &'a str,
+    pub choices: C,
+    /// With `include_usage`: null on every chunk but the last.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<&'a Value>,
+}
+
+/// Wraps a stream of framed chunks (see `frame`); the stream (and so the engine call) lives
+/// as long as the body.
 pub fn sse_response<S>(chunks: S) -> Response
 where
-    S: Stream<Item = Result<Value, ApiError>> + Send + 'static,
+    S: Stream<Item = Result<Bytes, ApiError>> + Send + 'static,
 {
     let body = chunks
         .map(|c| match c {
-            Ok(v) => frame(&v),
+            Ok(b) => b,
             Err(e) => {
                 tracing::warn!("stream failed: {e}");
                 frame(&e.body())
@@ -53,7 +72,7 @@ mod tests {
     #[tokio::test]
     async fn framing() {
         let s = futures_util::stream::iter(vec![
-            Ok(serde_json::json!({"a": 1})),
+            Ok(frame(&serde_json::json!({"a": 1}))),
             Err(ApiError::Internal("boom".into())),
         ]);
         let resp = sse_response(s);
