@@ -31,6 +31,19 @@ pub struct ServeArgs {
     /// Serve options as JSON (see config.rs for the schema).
     #[arg(long, default_value = "{}")]
     pub args_json: String,
+    /// Runtime threads [default: half the CPUs, at least 1: the engine worker beside us needs
+    /// the others, and the frontend's work per request is small].
+    #[arg(long)]
+    pub worker_threads: Option<usize>,
+}
+
+impl ServeArgs {
+    pub fn runtime_threads(&self) -> usize {
+        self.worker_threads.filter(|&n| n > 0).unwrap_or_else(|| {
+            let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+            (cpus / 2).max(1)
+        })
+    }
 }
 
 #[derive(Subcommand, Debug)]

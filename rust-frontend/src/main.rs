@@ -40,6 +40,7 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cli.serve.runtime_threads())
         .enable_all()
         .build()
     {

@@ -29,6 +29,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     EngineArgs.add_cli_args(parser)
     parser.add_argument("--shutdown-timeout", type=float, default=10.0,
                         help="Seconds in-flight requests may take to finish after SIGTERM.")
+    parser.add_argument("--frontend-threads", type=int, default=None,
+                        help="Rust frontend runtime threads (default: half the CPUs, at least "
+                             "1; the engine worker shares the machine).")
     add_frontend_args(parser)
     parser.set_defaults(func=run)
 
@@ -88,7 +91,8 @@ def run_rust_frontend(args: argparse.Namespace) -> int:
     options = frontend_options(args)
     if options["chat_template"]:
         options["chat_template"] = os.path.abspath(options["chat_template"])
-    frontend = RustFrontendProcessManager(sock, engine_address, options)
+    frontend = RustFrontendProcessManager(sock, engine_address, options,
+                                          threads=args.frontend_threads)
     try:
         if not wait_until_serving(engine_address, worker, stop):
             return 0 if stop.is_set() else _died("engine worker", worker.returncode)

@@ -72,10 +72,11 @@ class RustFrontendProcessManager:
     """Owns the frontend child: start it on the inherited socket, watch it, stop it."""
 
     def __init__(self, sock: socket.socket, engine_address: str,
-                 serve_options: dict[str, Any]) -> None:
+                 serve_options: dict[str, Any], threads: int | None = None) -> None:
         self.sock = sock
         self.engine_address = engine_address
         self.serve_options = serve_options
+        self.threads = threads
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -86,6 +87,8 @@ class RustFrontendProcessManager:
             "--engine-address", self.engine_address,
             "--args-json", json.dumps(self.serve_options),
         ]
+        if self.threads:
+            argv += ["--worker-threads", str(self.threads)]
         self.proc = spawn(argv, pass_fds=(fd,))
 
     def poll(self) -> int | None:
