@@ -20,7 +20,26 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use std::process::ExitCode;
 
+/// Started by `hybridllm serve`: the kernel sends SIGTERM (a graceful shutdown) when the
+/// launcher dies, and if it already has, there is nobody to serve for.
+fn exit_with_launcher() {
+    let Some(launcher) = std::env::var("HYBRIDLLM_PARENT_PID")
+        .ok()
+        .and_then(|v| v.parse::<libc::pid_t>().ok())
+    else {
+        return;
+    };
+    // SAFETY: plain syscalls with constant arguments.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+        if libc::getppid() != launcher {
+            libc::_exit(1);
+        }
+    }
+}
+
 fn main() -> ExitCode {
+    exit_with_launcher();
     let cli = cli::Cli::parse();
     if let Some(cli::Command::Text(cmd)) = cli.command {
         return match text::devtools::run(cmd) {

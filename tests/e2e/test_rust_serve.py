@@ -185,3 +185,26 @@ def test_concurrent_requests_all_complete(client: openai.OpenAI) -> None:
     for t in threads:
         t.join()
     assert len(results) == 16 and len(set(results)) == 1
+
+
+def test_killed_launcher_takes_its_children_with_it(model_path, tmp_path) -> None:
+    """SIGKILL gives `serve` no chance to stop anyone: the kernel's parent-death signal
+    (asked for by each child itself) must."""
+    srv = start_serve(model_path, tmp_path)
+    children = child_pids(srv.proc.pid)
+    assert len(children) == 2  # worker and Rust frontend
+    srv.proc.kill()
+    srv.proc.wait()
+    deadline = time.monotonic() + 60
+    while any(running(p) for p in children):
+        assert time.monotonic() < deadline, "an orphan outlived its killed launcher"
+        time.sleep(0.1)
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie waiting for a reaper."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

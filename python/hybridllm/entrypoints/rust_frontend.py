@@ -1,8 +1,10 @@
 """RustFrontendProcessManager: runs the Rust HTTP frontend on a socket bound by Python.
 
 Binding in Python first reserves the port before the model loads; the child inherits the
-bound socket (pass_fds) and calls listen() itself. Children get a parent-death signal, so no
-orphan outlives a killed `serve`.
+bound socket (pass_fds) and calls listen() itself. Children ask for a parent-death signal
+themselves (HYBRIDLLM_PARENT_PID), so no orphan outlives a killed `serve`: the launcher has
+gRPC threads by the time it starts the frontend, and running code in a forked child of a
+threaded process (a preexec_fn) is what once aborted the frontend before it could exec.
 """
 
 from __future__ import annotations
@@ -19,14 +21,21 @@ from pathlib import Path
 from typing import Any
 
 _PR_SET_PDEATHSIG = 1
+PARENT_PID_ENV = "HYBRIDLLM_PARENT_PID"
 
 
-def _die_with_parent() -> None:
-    """preexec_fn: the kernel sends SIGTERM to the child when its parent dies."""
+def exit_with_launcher() -> None:
+    """In a child of `serve`: have the kernel send SIGTERM when the launcher dies, and leave
+    at once if it already has."""
+    launcher = os.environ.pop(PARENT_PID_ENV, None)
+    if launcher is None:
+        return
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     except OSError:
-        pass
+        return
+    if os.getppid() != int(launcher):
+        os._exit(1)
 
 
 def find_frontend_binary() -> Path:
@@ -63,9 +72,11 @@ def bind_listen_socket(host: str, port: int) -> socket.socket:
 
 def spawn(argv: list[str], pass_fds: tuple[int, ...] = (),
           env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        argv, pass_fds=pass_fds, preexec_fn=_die_with_parent, env=env or dict(os.environ)
-    )
+    """Start a child that exits with this process (see exit_with_launcher), without running
+    code between fork and exec."""
+    env = dict(env or os.environ)
+    env[PARENT_PID_ENV] = str(os.getpid())
+    return subprocess.Popen(argv, pass_fds=pass_fds, env=env)
 
 
 class RustFrontendProcessManager:
