@@ -28,6 +28,7 @@ from functools import partial
 from typing import Protocol
 
 from hybridllm.config import EngineArgs
+from hybridllm.core.sequence import Request
 from hybridllm.engine.llm_engine import LLMEngine
 from hybridllm.outputs import RequestOutput
 from hybridllm.sampling_params import SamplingParams
@@ -61,7 +62,7 @@ class AsyncLLMEngine:
         self._sinks: dict[str, OutputSink] = {}  # event-loop side only
         self._consumers: dict[str, StepConsumer] = {}  # engine-thread side only
         self._outbox: list[Callable[[], None]] = []  # engine thread -> event loop, batched
-        self._unsent: list[RequestOutput] = []  # the last step's, until the next forward pass
+        self._unsent: list[Request] = []  # touched by the last step, reported during the next
         self._ops: deque[_Op] = deque()  # event loop -> engine thread
         self._wakeup = threading.Event()
         self._stopping = False
@@ -173,9 +174,9 @@ class AsyncLLMEngine:
                     self._wakeup.wait()
                     self._wakeup.clear()
                     continue
-                outputs = self._step()
+                touched = self._step()
                 self._hand_over()  # if the step ran no forward pass, the last step's are due
-                self._unsent = outputs
+                self._unsent = touched
             self._hand_over()
         except BaseException as e:  # noqa: BLE001 - any failure kills the engine
             try:
@@ -187,8 +188,8 @@ class AsyncLLMEngine:
         """The last step's outputs to their consumers, then everything queued for the event
         loop to it in one wake-up."""
         if self._unsent:
-            outputs, self._unsent = self._unsent, []
-            self._dispatch(outputs)
+            requests, self._unsent = self._unsent, []
+            self._dispatch(self.engine.make_outputs(requests))
         if self._outbox:
             batch, self._outbox = self._outbox, []
             self._call_on_loop(_run_all, batch)
@@ -255,11 +256,11 @@ class AsyncLLMEngine:
                 then()
         self.dead.set()
 
-    def _step(self) -> list[RequestOutput]:
+    def _step(self) -> list[Request]:
         self.num_steps += 1
         if _FAIL_AT_STEP and self.num_steps >= _FAIL_AT_STEP:
             raise RuntimeError(f"injected fault at step {self.num_steps}")
-        return self.engine.step(while_running=self._hand_over)
+        return self.engine.step_requests(while_running=self._hand_over)
 
     async def shutdown(self) -> None:
         """Stop after the step in flight; requests still running get no more outputs."""

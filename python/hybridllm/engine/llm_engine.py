@@ -119,6 +119,16 @@ class LLMEngine:
         """One scheduled forward pass. `while_running` runs once the batch is scheduled, while
         the forward pass is in flight where the device allows (AsyncLLMEngine hands over the
         previous step's outputs there), else just before it; not at all when nothing ran."""
+        return self.make_outputs(self.step_requests(while_running))
+
+    def make_outputs(self, requests: list[Request]) -> list[RequestOutput]:
+        """The outputs of requests a step touched; valid until the next step's forward pass
+        ends (AsyncLLMEngine builds them during it)."""
+        make_output = self.output_processor.make_output
+        return [make_output(r) for r in requests]
+
+    def step_requests(self, while_running: Callable[[], None] | None = None) -> list[Request]:
+        """step() without building its outputs: the requests it touched."""
         touched: dict[str, Request] = {r.request_id: r for r in self._aborted}
         self._aborted = []
         sched = self.scheduler.schedule()
@@ -133,18 +143,14 @@ class LLMEngine:
             for row, seq in enumerate(result.sample_seqs):
                 self._append_token(seq, row, result)
                 touched[seq.request.request_id] = seq.request
-        outputs = []
-        make_output = self.output_processor.make_output
         for request in touched.values():
             if not request.reported_first:
                 request.reported_first = True
                 request.first_token_time = time.monotonic()
-            out = make_output(request)
-            outputs.append(out)
-            if out.finished:
+            if request.finished:
                 self.requests.pop(request.request_id, None)
                 self.stats.requests_finished_total += 1
-        return outputs
+        return list(touched.values())
 
     def _record_prompt_logprobs(self, seq: Sequence, result: StepResult) -> None:
         chunk = result.prompt_logprobs.get(seq.seq_id)
