@@ -1,8 +1,9 @@
 """`hybridllm bench frontend-overhead`: Rust vs Python frontend over the same mock engine.
 
 Starts both servers (mock engine: the real scheduler, KV manager, engine loop, gRPC and HTTP,
-a fixed sleep for the forward pass) on free ports, then alternates load levels between them
-(--repeats rounds, medians reported) so drift in the machine's other load hits both alike.
+a fixed wait for the forward pass, overlapped by output handling as on a GPU) on free ports,
+then alternates load levels between them (--repeats rounds, medians reported) so drift in
+the machine's other load hits both alike.
 Each level is a closed loop: --max-concurrency streams in flight, request rate inf, streamed
 chat completions of --output-len tokens; requests/s at that level is the maximum it sustains.
 Concurrency 1 gives the per-request path cost: TTFT p50 minus one engine step.
@@ -30,7 +31,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="Of rust, python (engine in-process, what `hybridllm serve` runs), "
                         "python-grpc (Python frontend over the gRPC worker, like Rust).")
     p.add_argument("--concurrency", default="64,256", help="Comma list of levels.")
-    p.add_argument("--requests-per-level", type=int, default=1024)
+    p.add_argument("--requests-per-level", type=int, default=4096,
+                   help="Long enough to measure the sustained rate: a closed loop ramps up and "
+                        "drains for about one request latency at each end, a sizeable share "
+                        "of a run of a few hundred ms.")
     p.add_argument("--baseline-requests", type=int, default=100,
                    help="Requests at concurrency 1 (0 skips the baseline).")
     p.add_argument("--repeats", type=int, default=3)

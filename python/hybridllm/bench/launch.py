@@ -89,9 +89,10 @@ def server_argv(kind: str, port: int, engine_flags: list[str],
         return [sys.executable, "-m", "hybridllm.entrypoints.openai", "--host", "127.0.0.1",
                 "--port", str(port), "--disable-log-requests", "--connect-engine",
                 engine_address]
-    if kind == "rust":
+    if kind == "rust":  # request logging off, as for the Python servers
         return [sys.executable, "-m", "hybridllm.cli.main", "serve", "--rust-frontend",
-                "--host", "127.0.0.1", "--port", str(port), *engine_flags]
+                "--host", "127.0.0.1", "--port", str(port), "--disable-log-requests",
+                *engine_flags]
     if kind == "python":  # what `hybridllm serve` runs without --rust-frontend
         return [sys.executable, "-m", "hybridllm.entrypoints.openai", "--host", "127.0.0.1",
                 "--port", str(port), "--disable-log-requests", *engine_flags]
