@@ -1,7 +1,7 @@
 //! POST /v1/chat/completions.
 use super::generate::{generate_many, tokenize, Finish, GenEvent, GenRequest};
 use super::logprobs::{chat_content, prompt_logprobs};
-use super::sse::{frame, sse_response, Chunk};
+use super::sse::{sse_response, ChunkHead};
 use super::{check_model, new_id, now, JsonBody, StreamOptions};
 use crate::errors::ApiError;
 use crate::server::AppState;
@@ -197,21 +197,17 @@ pub async fn handle(
 
     if req.stream.unwrap_or(false) {
         let usage = req.stream_options.is_some_and(|o| o.include_usage);
-        let null_usage = usage.then_some(&Value::Null);
-        let chunk = move |choices: &[ChoiceDelta], usage_v: Option<&Value>| {
-            frame(&Chunk {
-                id: &id,
-                object: "chat.completion.chunk",
-                created,
-                model: &model,
-                choices,
-                usage: usage_v,
-            })
+        let head = ChunkHead {
+            id,
+            object: "chat.completion.chunk",
+            created,
+            model,
+            include_usage: usage,
         };
         let st = state.clone();
         let s = async_stream::stream! {
             for i in 0..n {
-                yield Ok(chunk(&[ChoiceDelta { index: i, delta: Delta { role: Some("assistant"), content: Some("") }, logprobs: &Value::Null, finish_reason: None, stop_reason: None }], null_usage));
+                yield Ok(head.frame(&[ChoiceDelta { index: i, delta: Delta { role: Some("assistant"), content: Some("") }, logprobs: &Value::Null, finish_reason: None, stop_reason: None }]));
             }
             let (mut prompt_tokens, mut cached, mut completion) = (prompt_len, 0u32, 0usize);
             while let Some(ev) = events.next().await {
@@ -232,13 +228,13 @@ pub async fn handle(
                             finish_reason: finish.as_ref().map(|f| f.reason),
                             stop_reason: finish.as_ref().map(|f| &f.stop_reason),
                         };
-                        yield Ok(chunk(&[c], null_usage));
+                        yield Ok(head.frame(&[c]));
                     }
                 }
             }
             if usage {
                 let u = usage_json(prompt_tokens, completion, cached);
-                yield Ok(chunk(&[], Some(&u)));
+                yield Ok(head.usage_frame(&u));
             }
         };
         return Ok(sse_response(s));

@@ -2,7 +2,7 @@
 use super::chat::usage_json;
 use super::generate::{generate_many, tokenize, Finish, GenEvent, GenRequest};
 use super::logprobs::{prompt_logprobs, CompletionLogprobs};
-use super::sse::{frame, sse_response, Chunk};
+use super::sse::{sse_response, ChunkHead};
 use super::{check_model, new_id, now, JsonBody, StreamOptions};
 use crate::errors::ApiError;
 use crate::server::AppState;
@@ -154,16 +154,12 @@ pub async fn handle(
 
     if req.stream.unwrap_or(false) {
         let usage = req.stream_options.is_some_and(|o| o.include_usage);
-        let null_usage = usage.then_some(&Value::Null);
-        let chunk = move |choices: &[TextChoice], usage_v: Option<&Value>| {
-            frame(&Chunk {
-                id: &id,
-                object: "text_completion",
-                created,
-                model: &model,
-                choices,
-                usage: usage_v,
-            })
+        let head = ChunkHead {
+            id,
+            object: "text_completion",
+            created,
+            model,
+            include_usage: usage,
         };
         let st = state.clone();
         let s = async_stream::stream! {
@@ -171,7 +167,7 @@ pub async fn handle(
             if echo {
                 for (p, text) in echoes.iter().enumerate() {
                     for j in 0..n {
-                        yield Ok(chunk(&[TextChoice { index: p * n + j, text, logprobs: &Value::Null, finish_reason: None, stop_reason: &Value::Null }], null_usage));
+                        yield Ok(head.frame(&[TextChoice { index: p * n + j, text, logprobs: &Value::Null, finish_reason: None, stop_reason: &Value::Null }]));
                     }
                 }
             }
@@ -194,13 +190,13 @@ pub async fn handle(
                             delta.to_json()
                         } else { Value::Null };
                         let (reason, stop_reason) = match finish { Some(f) => (Some(f.reason), f.stop_reason), None => (None, Value::Null) };
-                        yield Ok(chunk(&[TextChoice { index: ci, text: &text, logprobs: &lp, finish_reason: reason, stop_reason: &stop_reason }], null_usage));
+                        yield Ok(head.frame(&[TextChoice { index: ci, text: &text, logprobs: &lp, finish_reason: reason, stop_reason: &stop_reason }]));
                     }
                 }
             }
             if usage {
                 let u = usage_json(prompt_tokens.iter().sum(), completion, cached);
-                yield Ok(chunk(&[], Some(&u)));
+                yield Ok(head.usage_frame(&u));
             }
         };
         return Ok(sse_response(s));

@@ -22,18 +22,50 @@ pub fn frame<T: Serialize + ?Sized>(v: &T) -> Bytes {
 
 pub const DONE: &[u8] = b"data: [DONE]\n\n";
 
-/// The envelope of every streamed chunk, borrowed from the request's state: serialized
+/// The envelope of every streamed chunk, borrowed from the request's `ChunkHead`: serialized
 /// without building a JSON tree per token. Field order is the wire order.
 #[derive(Serialize)]
-pub struct Chunk<'a, C: Serialize> {
-    pub id: &'a str,
+struct Chunk<'a, C: Serialize> {
+    id: &'a str,
+    object: &'static str,
+    created: i64,
+    model: &'a str,
+    choices: &'a [C],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<&'a Value>,
+}
+
+/// What every streamed chunk of one response repeats.
+pub struct ChunkHead {
+    pub id: String,
     pub object: &'static str,
     pub created: i64,
-    pub model: &'a str,
-    pub choices: C,
-    /// With `include_usage`: null on every chunk but the last.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub usage: Option<&'a Value>,
+    pub model: String,
+    /// `include_usage`: every chunk carries `usage`, null but on the last.
+    pub include_usage: bool,
+}
+
+impl ChunkHead {
+    /// A framed chunk of these choices (usage null if included at all).
+    pub fn frame<C: Serialize>(&self, choices: &[C]) -> Bytes {
+        self.frame_with_usage(choices, self.include_usage.then_some(&Value::Null))
+    }
+
+    /// The last chunk: no choices, the usage.
+    pub fn usage_frame(&self, usage: &Value) -> Bytes {
+        self.frame_with_usage::<Value>(&[], Some(usage))
+    }
+
+    fn frame_with_usage<C: Serialize>(&self, choices: &[C], usage: Option<&Value>) -> Bytes {
+        frame(&Chunk {
+            id: &self.id,
+            object: self.object,
+            created: self.created,
+            model: &self.model,
+            choices,
+            usage,
+        })
+    }
 }
 
 /// Wraps a stream of framed chunks (see `frame`); the stream (and so the engine call) lives
