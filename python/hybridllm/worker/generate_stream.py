@@ -1,9 +1,10 @@
 """One GenerateStream call: many requests in, one message per engine step out.
 
 The call is its requests' StepConsumer: the engine thread builds and serializes each step's
-message (during the next step's forward pass), and the event loop only writes the bytes. A slow reader gets
-several steps in one message (serialized protobuf messages concatenate into their merge),
-still one response per request per step, so the frontend sees the same deltas either way.
+message (during the next step's forward pass), and the event loop only writes the bytes. A
+slow reader gets several steps in one message (serialized protobuf messages concatenate into
+their merge), still one response per request per step, so the frontend sees the same deltas
+either way.
 """
 
 from __future__ import annotations
