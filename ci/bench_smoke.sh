@@ -33,6 +33,6 @@ kill "$server"; wait "$server" 2>/dev/null || true
 trap - EXIT
 
 echo "-- bench frontend-overhead (mock engine, Rust vs Python frontend)"
-hybridllm bench frontend-overhead --repeats 1 --concurrency 64 --requests-per-level 256 \
+hybridllm bench frontend-overhead --repeats 1 --concurrency 64 --requests-per-level 1024 \
   --baseline-requests 20 --disable-tqdm --result-json "$out/overhead.json" | tail -n 9
 echo "bench smoke: results in $out"
