@@ -99,3 +99,16 @@ def test_chunked_decoder_any_split() -> None:
             assert not dec.done
             got += dec.feed(wire[i : i + size])
         assert dec.done and got == b"".join(body), size
+
+
+def test_engine_alone_closed_loop_respects_the_mock_step(model_path) -> None:
+    from hybridllm.bench.engine_alone import measure
+
+    step_ms, out_len = 2.0, 4
+    got = measure(step_ms, ["--model", str(model_path)], {1: 3, 4: 8}, 12, out_len)
+    assert sorted(got) == [1, 4]
+    for conc, r in got.items():
+        assert r["ttft_p50_ms"] >= step_ms  # the first token takes a whole step
+        assert r["ttft_p99_ms"] >= r["ttft_p50_ms"]
+        # A closed loop of conc streams of out_len tokens cannot beat one step per token.
+        assert 0 < r["req_s"] <= conc / (out_len * step_ms / 1000.0)

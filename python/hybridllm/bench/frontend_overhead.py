@@ -108,7 +108,9 @@ def run(args: argparse.Namespace) -> int:
     finally:
         for s in servers.values():
             s.stop()
-    summary = report(runs, kinds, levels, args.mock_step_ms, args.output_len)
+    alone = (_engine_alone(args, runs, levels, shlex.split(args.engine_args))
+             if "rust" in kinds else {})
+    summary = report(runs, kinds, levels, args.mock_step_ms, args.output_len, alone)
     if args.result_json:
         with open(args.result_json, "w") as f:
             json.dump({"config": {k: v for k, v in vars(args).items() if k != "func"},
@@ -119,8 +121,21 @@ def run(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _engine_alone(args: argparse.Namespace, runs: dict[tuple[str, int], list[dict]],
+                  levels: list[int], engine_flags: list[str]) -> dict[int, dict]:
+    """The same levels on the mock engine alone, prompts as long as the Rust runs' were."""
+    from hybridllm.bench.engine_alone import measure
+
+    rust = [r for (kind, _), rs in runs.items() if kind == "rust" for r in rs]
+    prompt_len = round(statistics.median(r["total_input_tokens"] / max(r["completed"], 1)
+                                         for r in rust))
+    counts = {c: args.baseline_requests if c == 1 else args.requests_per_level for c in levels}
+    print(f"engine alone (in-process, {prompt_len}-token prompts)...", flush=True)
+    return measure(args.mock_step_ms, engine_flags, counts, prompt_len, args.output_len)
+
+
 def report(runs: dict[tuple[str, int], list[dict]], kinds: list[str], levels: list[int],
-           step_ms: float, output_len: int) -> dict:
+           step_ms: float, output_len: int, alone: dict[int, dict] | None = None) -> dict:
     """Medians over rounds, each figure against its target."""
     print(f"\n== frontend overhead (mock engine, step {step_ms} ms; medians of "
           f"{len(next(iter(runs.values())))} rounds)")
@@ -159,6 +174,13 @@ def report(runs: dict[tuple[str, int], list[dict]], kinds: list[str], levels: li
             print(f"Rust TTFT p50 over the {step_ms} ms step at concurrency {conc}: {added:.2f} ms "
                   f"(target <= {TTFT_ADDED_TARGET_MS:.0f} ms: "
                   f"{_verdict(added <= TTFT_ADDED_TARGET_MS)}){note}")
+        for conc, own in (alone or {}).items():
+            summary[f"engine-alone@{conc}"] = own
+            added = summary[f"rust@{conc}"]["ttft_p50_ms"] - own["ttft_p50_ms"]
+            print(f"Rust TTFT p50 over the engine alone's at concurrency {conc}: {added:.2f} ms "
+                  f"(target <= {TTFT_ADDED_TARGET_MS:.0f} ms: "
+                  f"{_verdict(added <= TTFT_ADDED_TARGET_MS)}); engine alone: "
+                  f"{own['req_s']:.1f} req/s, TTFT p50 {own['ttft_p50_ms']:.2f} ms")
     for other in kinds:
         if other == "rust" or "rust" not in kinds:
             continue
