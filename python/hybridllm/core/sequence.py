@@ -33,10 +33,11 @@ class Request:
     prompt_logprobs: list[LogprobsDict | None] | None = None
     first_token_time: float | None = None
     reported_first: bool = False
+    num_finished_seqs: int = 0  # kept by Sequence.finish: asked per request every step
 
     @property
     def finished(self) -> bool:
-        return all(s.status is SequenceStatus.FINISHED for s in self.seqs)
+        return self.num_finished_seqs == len(self.seqs)
 
     @property
     def num_cached_tokens(self) -> int:
@@ -88,6 +89,8 @@ class Sequence:
         return self.index == 0 and self.params.prompt_logprobs is not None
 
     def finish(self, reason: str, stop_reason: int | str | None = None) -> None:
+        if self.status is not SequenceStatus.FINISHED:
+            self.request.num_finished_seqs += 1
         self.status = SequenceStatus.FINISHED
         self.finish_reason = reason
         self.stop_reason = stop_reason

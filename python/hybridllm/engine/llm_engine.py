@@ -35,7 +35,6 @@ class LLMEngine:
         )
         self.scheduler = Scheduler(config.scheduler, self.kv)
         self.output_processor = OutputProcessor(self.tokenizer, detokenize)
-        self._detokenize = detokenize
         self._eos_token_ids = frozenset(config.model.eos_token_ids)
         self.requests: dict[str, Request] = {}
         self.stats = EngineStats()
@@ -174,11 +173,11 @@ class LLMEngine:
             self.scheduler.finish(seq, "stop", token)
         elif not p.ignore_eos and token in self._eos_token_ids:
             self.scheduler.finish(seq, "stop", None)
-        stop_str = self.output_processor.update_text(seq) if self._detokenize else None
+        stop_str = self.output_processor.update_text(seq)
         if seq.is_finished:
             return
         if stop_str is not None:
             self.scheduler.finish(seq, "stop", stop_str)
-        elif len(seq.token_ids) - seq.num_prompt_tokens >= seq.request.max_tokens:
+        elif seq.num_output_tokens >= seq.request.max_tokens:
             self.scheduler.finish(seq, "length")
             self.output_processor.finish_text(seq)

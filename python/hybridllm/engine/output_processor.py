@@ -67,21 +67,20 @@ class OutputProcessor:
 
     def make_output(self, request: Request) -> RequestOutput:
         outputs = []
-        finished = True
         for seq in request.seqs:
             want_lp = seq.params.logprobs is not None
             outputs.append(
                 CompletionOutput(
                     seq.index,
-                    self.text_of(seq) if self.detokenize else "",
-                    seq.token_ids[seq.num_prompt_tokens :],
+                    self.text_of(seq),
+                    seq.output_token_ids,
                     seq.cumulative_logprob if want_lp else None,
                     list(seq.output_logprobs) if want_lp else None,
                     seq.finish_reason,
                     seq.stop_reason,
                 )
             )
-            finished = finished and seq.finish_reason is not None
+        finished = request.finished
         if finished:
             for seq in request.seqs:
                 self._text.pop(seq.seq_id, None)
