@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 
 from hybridllm.bench.metrics import RequestResult
+from hybridllm.bench.rawhttp import RawPool
 
 
 class SSEParser:
@@ -45,8 +46,6 @@ class SSEParser:
 def make_session(limit: int, api_key: str | None, kind: str = "aiohttp",
                  base_url: str = ""):  # -> aiohttp.ClientSession | RawPool
     if kind == "raw":
-        from hybridllm.bench.rawhttp import RawPool
-
         return RawPool(base_url, api_key)
     import aiohttp
 
@@ -130,8 +129,6 @@ async def send_request(session, url: str, payload: bytes) -> RequestResult:
     """POST one streaming request; TTFT is the first chunk carrying generated text (a
     role-only first chunk does not count), ITL the gaps between text-bearing chunks, token
     counts from the final usage chunk (text-bearing chunks when the server sends no usage)."""
-    from hybridllm.bench.rawhttp import RawPool
-
     res = RequestResult()
     start = time.perf_counter()
     stream = _EventStream(res, start)
