@@ -126,10 +126,11 @@ class CpuMeter:
         self.machine0 = machine_busy_seconds()
         self.procs0 = {k: sum(map(proc_cpu_seconds, v)) for k, v in self.pids.items()}
 
-    def stop(self) -> dict:
+    def stop(self, client_cpu_s: float | None = None) -> dict:
+        """client_cpu_s: the client's CPU when it is another process (the native client)."""
         wall = time.perf_counter() - self.wall0
         cores = os.cpu_count() or 1
-        client = time.process_time() - self.cpu0
+        client = time.process_time() - self.cpu0 if client_cpu_s is None else client_cpu_s
         busy1, total1 = machine_busy_seconds()
         busy = busy1 - self.machine0[0]
         total = total1 - self.machine0[1]

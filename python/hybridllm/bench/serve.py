@@ -51,8 +51,10 @@ def add_load_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ignore-eos", action=argparse.BooleanOptionalAction, default=True,
                         help="Send vLLM's ignore_eos so every request yields --output-len tokens.")
     parser.add_argument("--disable-tqdm", action="store_true")
-    parser.add_argument("--http-client", choices=["aiohttp", "raw"], default="aiohttp",
-                        help="raw: minimal HTTP/1.1 on asyncio streams (less client CPU).")
+    parser.add_argument("--http-client", choices=["aiohttp", "raw", "native"],
+                        default="aiohttp",
+                        help="raw: minimal HTTP/1.1 on asyncio streams (less client CPU); "
+                             "native: the package's Rust client, hybridllm-loadgen (least).")
 
 
 def concurrency_levels(spec: str | None) -> list[int | None]:
@@ -113,8 +115,14 @@ def run_level(url: str, payloads: list[bytes], rate: float, concurrency: int | N
     """One load level; the summary dict (also what --result-json stores per level)."""
     arrivals = poisson_arrivals(len(payloads), rate, seed)
     meter = CpuMeter(pids)
-    results, duration, cpu = asyncio.run(
-        _drive(url, payloads, arrivals, concurrency, api_key, progress, meter, client))
+    if client == "native":
+        from hybridllm.bench.native import run_native
+
+        results, duration, cpu = run_native(url, payloads, arrivals, concurrency, api_key,
+                                            meter)
+    else:
+        results, duration, cpu = asyncio.run(
+            _drive(url, payloads, arrivals, concurrency, api_key, progress, meter, client))
     summary = summarize_results(results, duration)
     return {"max_concurrency": concurrency, "request_rate": rate,
             "num_prompts": len(payloads)} | summary | {"cpu": cpu}

@@ -38,23 +38,28 @@ def exit_with_launcher() -> None:
         os._exit(1)
 
 
-def find_frontend_binary() -> Path:
-    override = os.environ.get("HYBRIDLLM_RUST_FRONTEND_PATH")
+def find_packaged_binary(name: str, override_var: str) -> Path:
+    """A binary the package ships (maturin installs it beside the interpreter), or the one
+    named by the environment variable `override_var`, or the first on PATH."""
+    override = os.environ.get(override_var)
     if override:
         path = Path(override)
         if not os.access(path, os.X_OK):
-            raise FileNotFoundError(f"HYBRIDLLM_RUST_FRONTEND_PATH={override} is not executable")
+            raise FileNotFoundError(f"{override_var}={override} is not executable")
         return path
-    beside = Path(sys.executable).parent / "hybridllm-frontend"
+    beside = Path(sys.executable).parent / name
     if os.access(beside, os.X_OK):
         return beside
-    found = shutil.which("hybridllm-frontend")
+    found = shutil.which(name)
     if found:
         return Path(found)
     raise FileNotFoundError(
-        "hybridllm-frontend binary not found: install the package (maturin builds it) or set "
-        "HYBRIDLLM_RUST_FRONTEND_PATH"
+        f"{name} binary not found: install the package (maturin builds it) or set {override_var}"
     )
+
+
+def find_frontend_binary() -> Path:
+    return find_packaged_binary("hybridllm-frontend", "HYBRIDLLM_RUST_FRONTEND_PATH")
 
 
 def bind_listen_socket(host: str, port: int) -> socket.socket:

@@ -1,0 +1,442 @@
+//! Native load generator behind `hybridllm bench ... --http-client native`.
+//!
+//! The Python benchmark prepares the requests (payloads, Poisson send times, concurrency cap)
+//! and computes every statistic; this binary only sends them and times the streamed chunks, so
+//! that on a small machine the client takes a few percent of a core instead of a third of one
+//! and disturbs less what it measures. It reads one JSON job file and writes one JSON document
+//! to stdout: the run's duration, its own CPU time and one record per request, in input order;
+//! `start` and `done` on stderr bracket the timed part.
+//! The timing rules are the Python client's: TTFT is the first chunk carrying generated text,
+//! ITL the gaps between such chunks, token counts from the final usage chunk.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper::{Request, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde::{Deserialize, Serialize};
+use tokio::net::TcpStream;
+
+#[derive(Deserialize)]
+struct Job {
+    /// Host and port, e.g. 127.0.0.1:8000.
+    authority: String,
+    path: String,
+    api_key: Option<String>,
+    /// In-flight cap; none sends each request at its time regardless of the others.
+    concurrency: Option<usize>,
+    /// Send offsets in seconds from the start, one per payload, non-decreasing.
+    arrivals: Vec<f64>,
+    /// Request bodies (JSON text).
+    payloads: Vec<String>,
+}
+
+#[derive(Serialize, Default, Clone)]
+struct Record {
+    success: bool,
+    error: String,
+    prompt_tokens: u64,
+    output_tokens: u64,
+    ttft: f64,
+    latency: f64,
+    itl: Vec<f64>,
+}
+
+#[derive(Serialize)]
+struct Report {
+    duration_s: f64,
+    cpu_s: f64,
+    results: Vec<Record>,
+}
+
+/// The parts of a streamed chunk the benchmark reads; everything else is skipped unparsed.
+#[derive(Deserialize)]
+struct Event {
+    choices: Option<Vec<Choice>>,
+    usage: Option<Usage>,
+    error: Option<serde::de::IgnoredAny>,
+}
+
+#[derive(Deserialize)]
+struct Choice {
+    delta: Option<Delta>,
+    text: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Delta {
+    content: Option<String>,
+    reasoning_content: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Usage {
+    prompt_tokens: u64,
+    completion_tokens: u64,
+}
+
+impl Choice {
+    fn has_text(&self) -> bool {
+        let nonempty = |s: &Option<String>| s.as_deref().is_some_and(|t| !t.is_empty());
+        match &self.delta {
+            Some(d) => nonempty(&d.content) || nonempty(&d.reasoning_content),
+            None => nonempty(&self.text),
+        }
+    }
+}
+
+/// What one streamed response says, fed body bytes as they arrive.
+struct EventStream {
+    start: Instant,
+    last: Option<Instant>,
+    chunks: u64,
+    pending: Vec<u8>,
+    data: Vec<u8>,
+    rec: Record,
+}
+
+impl EventStream {
+    fn new(start: Instant) -> Self {
+        Self {
+            start,
+            last: None,
+            chunks: 0,
+            pending: Vec::new(),
+            data: Vec::new(),
+            rec: Record::default(),
+        }
+    }
+
+    /// SSE framing: `data:` lines accumulate until a blank line dispatches the event.
+    fn feed(&mut self, bytes: &[u8], now: Instant) {
+        self.pending.extend_from_slice(bytes);
+        let mut consumed = 0;
+        while let Some(nl) = self.pending[consumed..].iter().position(|&b| b == b'\n') {
+            let mut line = &self.pending[consumed..consumed + nl];
+            consumed += nl + 1;
+            if let Some(stripped) = line.strip_suffix(b"\r") {
+                line = stripped;
+            }
+            if line.is_empty() {
+                if !self.data.is_empty() {
+                    let event = std::mem::take(&mut self.data);
+                    self.dispatch(&event, now);
+                }
+            } else if let Some(value) = line.strip_prefix(b"data:") {
+                if !self.data.is_empty() {
+                    self.data.push(b'\n');
+                }
+                self.data
+                    .extend_from_slice(value.strip_prefix(b" ").unwrap_or(value));
+            }
+        }
+        self.pending.drain(..consumed);
+    }
+
+    fn dispatch(&mut self, event: &[u8], now: Instant) {
+        if event == b"[DONE]" || !self.rec.error.is_empty() {
+            return;
+        }
+        let msg: Event = match serde_json::from_slice(event) {
+            Ok(m) => m,
+            Err(e) => return self.fail(format!("bad event: {e}")),
+        };
+        if msg.error.is_some() && msg.choices.is_none() {
+            let text = String::from_utf8_lossy(event);
+            return self.fail(format!("stream error: {}", truncate(&text, 200)));
+        }
+        if msg
+            .choices
+            .as_ref()
+            .and_then(|c| c.first())
+            .is_some_and(Choice::has_text)
+        {
+            self.chunks += 1;
+            match self.last {
+                None => self.rec.ttft = (now - self.start).as_secs_f64(),
+                Some(prev) => self.rec.itl.push((now - prev).as_secs_f64()),
+            }
+            self.last = Some(now);
+        }
+        if let Some(u) = msg.usage {
+            self.rec.prompt_tokens = u.prompt_tokens;
+            self.rec.output_tokens = u.completion_tokens;
+        }
+    }
+
+    fn fail(&mut self, error: String) {
+        if self.rec.error.is_empty() {
+            self.rec.error = error;
+        }
+    }
+
+    fn finish(mut self, end: Instant) -> Record {
+        if self.rec.error.is_empty() {
+            self.rec.latency = (end - self.start).as_secs_f64();
+            if self.rec.output_tokens == 0 {
+                self.rec.output_tokens = self.chunks;
+            }
+            if self.last.is_none() {
+                self.rec.error = "no generated text in the stream".into();
+            } else {
+                self.rec.success = true;
+            }
+        }
+        self.rec
+    }
+}
+
+fn truncate(s: &str, max: usize) -> &str {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+struct Client {
+    authority: String,
+    path: String,
+    auth: Option<String>,
+}
+
+impl Client {
+    async fn connect(&self) -> anyhow::Result<SendRequest<Full<Bytes>>> {
+        let stream = TcpStream::connect(&self.authority).await?;
+        stream.set_nodelay(true)?;
+        let (sender, conn) = http1::handshake(TokioIo::new(stream)).await?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        Ok(sender)
+    }
+
+    /// One request on `conn` (reconnecting when it is closed); never panics on server faults.
+    async fn send(&self, conn: &mut Option<SendRequest<Full<Bytes>>>, body: &str) -> Record {
+        let start = Instant::now();
+        match self.exchange(conn, body, start).await {
+            Ok(rec) => rec,
+            Err(e) => {
+                *conn = None;
+                Record {
+                    error: format!("transport: {e}"),
+                    ..Record::default()
+                }
+            }
+        }
+    }
+
+    async fn exchange(
+        &self,
+        conn: &mut Option<SendRequest<Full<Bytes>>>,
+        body: &str,
+        start: Instant,
+    ) -> anyhow::Result<Record> {
+        let alive = match conn.as_mut() {
+            Some(s) => s.ready().await.is_ok(),
+            None => false,
+        };
+        if !alive {
+            *conn = Some(self.connect().await?);
+        }
+        let ready = conn.as_mut().expect("connected above");
+        let mut req = Request::post(&self.path)
+            .header("host", &self.authority)
+            .header("content-type", "application/json")
+            .header("accept", "text/event-stream");
+        if let Some(auth) = &self.auth {
+            req = req.header("authorization", auth);
+        }
+        let resp = ready
+            .send_request(req.body(Full::new(Bytes::from(body.to_owned())))?)
+            .await?;
+        let status = resp.status();
+        let mut body = resp.into_body();
+        let mut stream = EventStream::new(start);
+        let mut head = Vec::new();
+        while let Some(frame) = body.frame().await {
+            let frame = frame?;
+            if let Some(data) = frame.data_ref() {
+                let now = Instant::now();
+                if status != StatusCode::OK {
+                    head.extend_from_slice(&data[..data.len().min(200 - head.len().min(200))]);
+                } else {
+                    stream.feed(data, now);
+                }
+            }
+        }
+        if status != StatusCode::OK {
+            let text = String::from_utf8_lossy(&head);
+            return Ok(Record {
+                error: format!("HTTP {}: {text}", status.as_u16()),
+                ..Record::default()
+            });
+        }
+        Ok(stream.finish(Instant::now()))
+    }
+}
+
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage only writes the struct it is given.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
+async fn run(job: Job) -> anyhow::Result<Report> {
+    anyhow::ensure!(
+        job.arrivals.len() == job.payloads.len(),
+        "one arrival per payload"
+    );
+    let auth = job.api_key.as_ref().map(|k| format!("Bearer {k}"));
+    let client = Arc::new(Client {
+        authority: job.authority,
+        path: job.path,
+        auth,
+    });
+    let n = job.payloads.len();
+    // Warm-up and sanity check, like the Python client's first request.
+    if let Some(first) = job.payloads.first() {
+        let rec = client.send(&mut None, first).await;
+        anyhow::ensure!(rec.success, "test request failed: {}", rec.error);
+    }
+    let slots = job.concurrency.unwrap_or(n).clamp(1, n.max(1));
+    let payloads = Arc::new(job.payloads);
+    let arrivals = Arc::new(job.arrivals);
+    let results = Arc::new(Mutex::new(vec![Record::default(); n]));
+    let next = Arc::new(AtomicUsize::new(0));
+    // The caller starts and stops its own CPU meters on these two lines.
+    eprintln!("start");
+    let cpu0 = cpu_seconds();
+    let t0 = Instant::now();
+    let mut tasks = Vec::with_capacity(slots);
+    for _ in 0..slots {
+        let (client, payloads, arrivals, results, next) = (
+            client.clone(),
+            payloads.clone(),
+            arrivals.clone(),
+            results.clone(),
+            next.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let mut conn = None;
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= payloads.len() {
+                    break;
+                }
+                tokio::time::sleep_until((t0 + Duration::from_secs_f64(arrivals[i])).into()).await;
+                let rec = client.send(&mut conn, &payloads[i]).await;
+                results.lock().unwrap()[i] = rec;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await?;
+    }
+    let duration_s = t0.elapsed().as_secs_f64();
+    let cpu_s = cpu_seconds() - cpu0;
+    eprintln!("done");
+    let results = std::mem::take(&mut *results.lock().unwrap());
+    Ok(Report {
+        duration_s,
+        cpu_s,
+        results,
+    })
+}
+
+fn main() -> anyhow::Result<()> {
+    let path = std::env::args()
+        .nth(1)
+        .ok_or_else(|| anyhow::anyhow!("usage: hybridllm-loadgen JOB.json"))?;
+    let job: Job = serde_json::from_slice(&std::fs::read(&path)?)?;
+    // One thread: the point is to leave the cores to the server under test.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let report = rt.block_on(run(job))?;
+    serde_json::to_writer(std::io::stdout().lock(), &report)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ROLE: &str = r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}"#;
+    const TOKEN: &str = r#"{"choices":[{"index":0,"delta":{"content":"hi"}}]}"#;
+    const USAGE: &str = r#"{"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":2}}"#;
+
+    fn body(events: &[&str], eol: &str) -> Vec<u8> {
+        let mut out = String::new();
+        for e in events {
+            out += &format!("data: {e}{eol}{eol}");
+        }
+        out.into_bytes()
+    }
+
+    /// Feeds `bytes` in pieces of `step` bytes, one millisecond apart.
+    fn run(bytes: &[u8], step: usize) -> Record {
+        let t0 = Instant::now();
+        let mut s = EventStream::new(t0);
+        for (i, piece) in bytes.chunks(step).enumerate() {
+            s.feed(piece, t0 + Duration::from_millis(1 + i as u64));
+        }
+        s.finish(t0 + Duration::from_secs(1))
+    }
+
+    #[test]
+    fn any_split_and_line_end_gives_the_same_record() {
+        for eol in ["\n", "\r\n"] {
+            let bytes = body(&[ROLE, TOKEN, TOKEN, USAGE, "[DONE]"], eol);
+            for step in [1, 2, 3, 7, bytes.len()] {
+                let rec = run(&bytes, step);
+                assert!(rec.success, "{eol:?} {step}: {}", rec.error);
+                assert_eq!((rec.prompt_tokens, rec.output_tokens), (7, 2));
+                assert_eq!(rec.itl.len(), 1, "one gap between two text chunks");
+                assert_eq!(rec.latency, 1.0);
+            }
+        }
+    }
+
+    #[test]
+    fn role_only_chunk_is_not_the_first_token() {
+        let bytes = body(&[ROLE, TOKEN], "\n");
+        let split = body(&[ROLE], "\n").len();
+        let t0 = Instant::now();
+        let mut s = EventStream::new(t0);
+        s.feed(&bytes[..split], t0 + Duration::from_millis(3));
+        s.feed(&bytes[split..], t0 + Duration::from_millis(5));
+        let rec = s.finish(t0 + Duration::from_millis(9));
+        assert_eq!(rec.ttft, 0.005);
+        assert_eq!(
+            rec.output_tokens, 1,
+            "no usage chunk: text chunks are counted"
+        );
+    }
+
+    #[test]
+    fn error_event_and_empty_stream_fail() {
+        let rec = run(
+            &body(&[r#"{"error":{"message":"boom","code":500}}"#], "\n"),
+            4,
+        );
+        assert!(!rec.success);
+        assert!(rec.error.starts_with("stream error: ") && rec.error.contains("boom"));
+        let rec = run(&body(&[ROLE, "[DONE]"], "\n"), 5);
+        assert_eq!(rec.error, "no generated text in the stream");
+        let rec = run(b"data: {not json\n\n", 100);
+        assert!(rec.error.starts_with("bad event: "), "{}", rec.error);
+    }
+
+    #[test]
+    fn completions_text_counts() {
+        let rec = run(&body(&[r#"{"choices":[{"index":0,"text":"a"}]}"#], "\n"), 8);
+        assert!(rec.success);
+        assert_eq!(rec.output_tokens, 1);
+    }
+}
