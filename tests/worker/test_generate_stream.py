@@ -157,3 +157,28 @@ async def test_engine_fault_ends_every_request_on_the_call(model_path) -> None:
         assert await asyncio.to_thread(proc.wait, 30) != 0
     finally:
         stop(proc)
+
+
+def test_step_message_leads_with_first_tokens() -> None:
+    """The frontend handles a message's responses in order: streams waiting for their first
+    token go first, the others keep the engine's order."""
+    from hybridllm.outputs import CompletionOutput, RequestOutput
+    from hybridllm.worker.generate_stream import GenerateStreamCall
+    from hybridllm.worker.responses import ResponseBuilder
+
+    call = GenerateStreamCall(engine=None, draining=False)  # type: ignore[arg-type]
+    params = SamplingParams(max_tokens=4)
+    for rid in "abcde":
+        call.active[rid] = ResponseBuilder(rid, params)
+    for rid in "ace":
+        call.active[rid].first = False  # these already sent their first token
+    items = [(rid, RequestOutput(rid, None, [1, 2, 3], None,
+                                 [CompletionOutput(0, "", [7], None, None)], False))
+             for rid in "abcde"]
+    push = call.on_step(items)
+    assert push is not None
+    push()
+    msg = pb.GenerateStreamResponse.FromString(call._pending[0])
+    assert [r.request_id for r in msg.responses] == ["b", "d", "a", "c", "e"]
+    assert [r.HasField("prompt") for r in msg.responses] == [True, True, False, False, False]
+    assert [list(r.sequences[0].token_ids) for r in msg.responses] == [[7]] * 5

@@ -74,6 +74,12 @@ class GenerateStreamCall:
         msg = pb.GenerateStreamResponse()
         finished = []
         active = self.active
+        # First tokens lead the message: the frontend handles its responses in order, and a
+        # stream's first token is what its client has waited on longest (TTFT).
+        firsts = [it for it in items if (b := active.get(it[0])) is not None and b.first]
+        if firsts and len(firsts) < len(items):
+            items = firsts + [it for it in items
+                              if (b := active.get(it[0])) is None or not b.first]
         for rid, item in items:
             builder = active.get(rid)
             if builder is None:
