@@ -1,7 +1,7 @@
 """`--http-client native`: one load level sent by `hybridllm-loadgen`, the package's Rust
 HTTP client. Python still builds the requests and computes every figure; the binary only
-sends them and times the chunks (same rules as client.py), at a few percent of a core where
-the Python client takes a third of one, so on a small machine it disturbs the server less."""
+sends them and times the chunks (same rules as client.py), for about half the CPU of the
+Python raw client, so on a small machine it takes less from the server it measures."""
 
 from __future__ import annotations
 

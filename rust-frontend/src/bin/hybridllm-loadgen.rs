@@ -2,8 +2,8 @@
 //!
 //! The Python benchmark prepares the requests (payloads, Poisson send times, concurrency cap)
 //! and computes every statistic; this binary only sends them and times the streamed chunks, so
-//! that on a small machine the client takes a few percent of a core instead of a third of one
-//! and disturbs less what it measures. It reads one JSON job file and writes one JSON document
+//! that on a small machine the client takes about half the CPU of the Python one and less
+//! from the server it measures. It reads one JSON job file and writes one JSON document
 //! to stdout: the run's duration, its own CPU time and one record per request, in input order;
 //! `start` and `done` on stderr bracket the timed part.
 //! The timing rules are the Python client's: TTFT is the first chunk carrying generated text,
