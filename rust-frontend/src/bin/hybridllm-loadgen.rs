@@ -21,6 +21,10 @@ use hyper_util::rt::TokioIo;
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpStream;
 
+/// aiohttp's limits in the Python client: a hung server fails the request, not the run.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+const READ_TIMEOUT: Duration = Duration::from_secs(600);
+
 #[derive(Deserialize)]
 struct Job {
     /// Host and port, e.g. 127.0.0.1:8000.
@@ -205,7 +209,9 @@ struct Client {
 
 impl Client {
     async fn connect(&self) -> anyhow::Result<SendRequest<Full<Bytes>>> {
-        let stream = TcpStream::connect(&self.authority).await?;
+        let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&self.authority))
+            .await
+            .map_err(|_| anyhow::anyhow!("connect timed out"))??;
         stream.set_nodelay(true)?;
         let (sender, conn) = http1::handshake(TokioIo::new(stream)).await?;
         tokio::spawn(async move {
@@ -257,7 +263,11 @@ impl Client {
         let mut body = resp.into_body();
         let mut stream = EventStream::new(start);
         let mut head = Vec::new();
-        while let Some(frame) = body.frame().await {
+        loop {
+            let next = tokio::time::timeout(READ_TIMEOUT, body.frame())
+                .await
+                .map_err(|_| anyhow::anyhow!("no data for {} s", READ_TIMEOUT.as_secs()))?;
+            let Some(frame) = next else { break };
             let frame = frame?;
             if let Some(data) = frame.data_ref() {
                 let now = Instant::now();
