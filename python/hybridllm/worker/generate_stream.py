@@ -76,11 +76,12 @@ class GenerateStreamCall:
         active = self.active
         # First tokens lead the message: the frontend handles its responses in order, and a
         # stream's first token is what its client has waited on longest (TTFT).
-        firsts = [it for it in items if (b := active.get(it[0])) is not None and b.first]
-        if firsts and len(firsts) < len(items):
-            items = firsts + [it for it in items
-                              if (b := active.get(it[0])) is None or not b.first]
-        for rid, item in items:
+        firsts: list[StepItem] = []
+        others: list[StepItem] = []
+        for it in items:
+            b = active.get(it[0])
+            (firsts if b is not None and b.first else others).append(it)
+        for rid, item in firsts + others:
             builder = active.get(rid)
             if builder is None:
                 continue  # aborted here while the step was running
