@@ -24,13 +24,13 @@ from pathlib import Path
 
 import torch
 
-from hybridllm.attention.metadata import AttentionMetadata
 from hybridllm.attention.triton_backend import TritonAttentionBackend
+from hybridllm.executor.cuda_graph import DecodeGraphs
 from hybridllm.kernels.testing import build_metadata
 from hybridllm.models.config import LlamaConfig
 from hybridllm.models.llama import LlamaForCausalLM
 from hybridllm.models.loader import load_model
-from hybridllm.worker.cuda_graph import DecodeGraphs
+from hybridllm.step_types import AttentionMetadata
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -110,10 +110,11 @@ def bench_runner(folder: Path, batches: list[int], context: int, block_size: int
                  eager: bool, iters: int, sampled: bool) -> tuple[list[float], bool]:
     """Seconds per ModelRunner.execute() decode step for each batch size; graphs used?"""
     from hybridllm.config import EngineArgs
-    from hybridllm.core.scheduler import ScheduledSeq, SchedulerOutput
-    from hybridllm.core.sequence import Request, Sequence
+    from hybridllm.executor.model_runner import ModelRunner
+    from hybridllm.sampling import build_sampler
     from hybridllm.sampling_params import SamplingParams
-    from hybridllm.worker.model_runner import ModelRunner
+    from hybridllm.sequence import Request, Sequence
+    from hybridllm.step_types import ScheduledSeq, SchedulerOutput
 
     blocks_per_seq = -(-(context + 1) // block_size)
     args = EngineArgs(
@@ -121,7 +122,8 @@ def bench_runner(folder: Path, batches: list[int], context: int, block_size: int
         max_num_seqs=max(batches), block_size=block_size, enforce_eager=eager,
         num_gpu_blocks_override=max(batches) * blocks_per_seq, attention_backend="triton",
     )
-    runner = ModelRunner(args.resolve())
+    config = args.resolve()
+    runner = ModelRunner(config, build_sampler(config.model, config.args.seed, config.device))
     params = (SamplingParams(temperature=0.8, top_p=0.95, top_k=50) if sampled
               else SamplingParams(temperature=0))
     g = torch.Generator().manual_seed(0)
@@ -172,7 +174,7 @@ def main() -> None:
             report_runner(args, Path(tmp), cfg, model, dtype, batches)
             return
     if not args.torch_layers:
-        from hybridllm.kernels.ops import triton_ops
+        from hybridllm.models.fused_ops import triton_ops
 
         model.set_layer_ops(triton_ops())
     blocks_per_seq = (args.context + 1 + args.block_size - 1) // args.block_size

@@ -11,6 +11,7 @@ export PATH=$VENV/bin:$PATH
 
 echo "== lint"
 ruff check python tests bench
+lint-imports --no-cache --no-logo
 cargo fmt --all --check
 cargo clippy --release --all-targets -- -D warnings
 

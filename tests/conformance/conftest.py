@@ -24,7 +24,8 @@ from typing import Any
 import httpx
 import pytest
 
-from hybridllm.models.resolve import DEFAULT_MODEL, cache_dir
+from hybridllm.models.resolve import DEFAULT_MODEL
+from hybridllm.paths import cache_dir
 
 MODES = ("py-inproc", "py-grpc", "rust")
 API_KEY = "sk-conformance"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hybridllm.attention.metadata import AttentionMetadata
 from hybridllm.attention.torch_ref import paged_attention_reference
 from hybridllm.kernels import cpu_paged_decode
+from hybridllm.step_types import AttentionMetadata
 
 
 def test_kernel_builds() -> None:

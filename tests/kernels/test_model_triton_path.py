@@ -11,10 +11,10 @@ import torch
 
 from hybridllm.attention.torch_ref import TorchAttentionBackend
 from hybridllm.attention.triton_backend import TritonAttentionBackend
-from hybridllm.kernels.ops import select_layer_ops, triton_ops
 from hybridllm.kernels.testing import build_metadata
 from hybridllm.models import layers
 from hybridllm.models.config import LlamaConfig
+from hybridllm.models.fused_ops import select_layer_ops, triton_ops
 from hybridllm.models.loader import load_model
 
 TINY = {

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hybridllm.attention import AttentionMetadata, get_attention_backend
+from hybridllm.attention import get_attention_backend
 from hybridllm.attention.torch_ref import TorchAttentionBackend
+from hybridllm.step_types import AttentionMetadata
 
 
 def _hand_built_meta(device: torch.device) -> AttentionMetadata:

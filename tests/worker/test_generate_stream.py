@@ -9,8 +9,8 @@ import grpc
 
 from hybridllm import SamplingParams
 from hybridllm.proto import engine_pb2 as pb
-from hybridllm.worker.grpc_client import EngineGrpcClient
-from hybridllm.worker.proto_convert import sampling_params_to_proto
+from hybridllm.server.grpc_client import EngineGrpcClient
+from hybridllm.server.proto_convert import sampling_params_to_proto
 from tests.worker.test_grpc_worker import PROMPT_IDS, collect, start_worker, stop
 
 _END = object()
@@ -163,8 +163,8 @@ def test_step_message_leads_with_first_tokens() -> None:
     """The frontend handles a message's responses in order: streams waiting for their first
     token go first, the others keep the engine's order."""
     from hybridllm.outputs import CompletionOutput, RequestOutput
-    from hybridllm.worker.generate_stream import GenerateStreamCall
-    from hybridllm.worker.responses import ResponseBuilder
+    from hybridllm.server.generate_stream import GenerateStreamCall
+    from hybridllm.server.responses import ResponseBuilder
 
     call = GenerateStreamCall(engine=None, draining=False)  # type: ignore[arg-type]
     params = SamplingParams(max_tokens=4)

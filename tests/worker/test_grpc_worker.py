@@ -11,7 +11,7 @@ import pytest
 
 from hybridllm import LLM, SamplingParams
 from hybridllm.proto import engine_pb2 as pb
-from hybridllm.worker.grpc_client import EngineGrpcClient
+from hybridllm.server.grpc_client import EngineGrpcClient
 from tests.worker.conftest import start_worker, stop
 
 PROMPT_IDS = [504, 3575, 282, 4649, 314]  # "The capital of France is"

@@ -10,11 +10,11 @@ from pathlib import Path
 import torch
 
 from hybridllm.attention.triton_backend import TritonAttentionBackend
-from hybridllm.kernels.ops import triton_ops
+from hybridllm.executor.cuda_graph import DecodeGraphs, capture_sizes, padded_size
 from hybridllm.kernels.testing import build_metadata
 from hybridllm.models.config import LlamaConfig
+from hybridllm.models.fused_ops import triton_ops
 from hybridllm.models.loader import load_model
-from hybridllm.worker.cuda_graph import DecodeGraphs, capture_sizes, padded_size
 
 TINY = {
     "architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 96,
@@ -79,7 +79,7 @@ def test_padded_decode_matches_eager(tmp_path: Path, device: torch.device) -> No
 def test_profile_batch_is_the_largest_step() -> None:
     from types import SimpleNamespace
 
-    from hybridllm.worker.kv_cache import profile_batch
+    from hybridllm.executor.kv_cache import profile_batch
 
     def lens(tokens: int, seqs: int, max_len: int) -> list[int]:
         sched = SimpleNamespace(max_num_batched_tokens=tokens, max_num_seqs=seqs,

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import torch
 
-from hybridllm.core.sequence import Request, Sequence, make_generator
 from hybridllm.kernels.sampler_ref import sample_reference
 from hybridllm.sampling import Sampler
 from hybridllm.sampling.gpu_sampler import GpuSampler
 from hybridllm.sampling_params import SamplingParams
+from hybridllm.sequence import Request, Sequence, make_generator
 
 VOCAB = 64
 EOS = (3,)

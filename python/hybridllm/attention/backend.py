@@ -6,7 +6,7 @@ from typing import Protocol
 
 import torch
 
-from hybridllm.attention.metadata import AttentionMetadata
+from hybridllm.step_types import AttentionMetadata
 
 
 class AttentionBackend(Protocol):

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from hybridllm.attention.metadata import AttentionMetadata
 from hybridllm.kernels import cpu_paged_decode
+from hybridllm.step_types import AttentionMetadata
 
 
 def write_kv_reference(

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from hybridllm.attention.metadata import AttentionMetadata
 from hybridllm.kernels.paged_attention import paged_attention
 from hybridllm.kernels.reshape_and_cache import reshape_and_cache
+from hybridllm.step_types import AttentionMetadata
 
 
 class TritonAttentionBackend:

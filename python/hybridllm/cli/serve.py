@@ -80,7 +80,7 @@ def run_rust_frontend(args: argparse.Namespace) -> int:
         spawn,
         terminate,
     )
-    from hybridllm.worker.grpc_client import wait_until_serving
+    from hybridllm.server.grpc_client import wait_until_serving
 
     sock = bind_listen_socket(args.host, args.port)  # the port is reserved from here on
     engine_address = "unix://" + os.path.join(tempfile.mkdtemp(prefix="hybridllm-"), "engine.sock")

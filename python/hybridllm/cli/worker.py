@@ -28,7 +28,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from hybridllm.engine.async_llm_engine import AsyncLLMEngine
     from hybridllm.entrypoints.rust_frontend import exit_with_launcher
-    from hybridllm.worker.grpc_server import serve
+    from hybridllm.server.grpc_server import serve
 
     exit_with_launcher()
     args.model = args.model or args.model_tag

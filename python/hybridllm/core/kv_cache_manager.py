@@ -11,7 +11,7 @@ import hashlib
 from array import array
 from collections import OrderedDict
 
-from hybridllm.core.sequence import Sequence
+from hybridllm.sequence import Sequence
 
 
 def chain_hash(parent: bytes, tokens: list[int]) -> bytes:

@@ -8,32 +8,11 @@ preempted by recompute (its blocks freed, its tokens prefilled again later).
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
 
 from hybridllm.config import SchedulerConfig
 from hybridllm.core.kv_cache_manager import KVCacheManager
-from hybridllm.core.sequence import Sequence, SequenceStatus
-
-
-@dataclass
-class ScheduledSeq:
-    seq: Sequence
-    num_new_tokens: int  # tokens computed for seq in this step, from seq.num_computed_tokens
-
-    @property
-    def samples(self) -> bool:
-        """This chunk reaches the sequence's end, so its last row yields a new token."""
-        return self.seq.num_computed_tokens + self.num_new_tokens == self.seq.num_tokens
-
-
-@dataclass
-class SchedulerOutput:
-    scheduled: list[ScheduledSeq] = field(default_factory=list)
-    num_preempted: int = 0
-
-    @property
-    def num_tokens(self) -> int:
-        return sum(s.num_new_tokens for s in self.scheduled)
+from hybridllm.sequence import Sequence, SequenceStatus
+from hybridllm.step_types import ScheduledSeq, SchedulerOutput
 
 
 class Scheduler:
@@ -46,9 +25,6 @@ class Scheduler:
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
-
-    def has_unfinished(self) -> bool:
-        return bool(self.waiting or self.running)
 
     def finish(self, seq: Sequence, reason: str, stop_reason: int | str | None = None) -> None:
         """End seq wherever it is and free its blocks."""

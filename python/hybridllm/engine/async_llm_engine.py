@@ -28,10 +28,10 @@ from functools import partial
 from typing import Protocol
 
 from hybridllm.config import EngineArgs
-from hybridllm.core.sequence import Request
 from hybridllm.engine.llm_engine import LLMEngine
 from hybridllm.outputs import RequestOutput
 from hybridllm.sampling_params import SamplingParams
+from hybridllm.sequence import Request
 
 # Test hook: make the engine loop fail at this step, to exercise the dead-engine path.
 _FAIL_AT_STEP = int(os.environ.get("HYBRIDLLM_TEST_FAIL_AT_STEP", "0"))

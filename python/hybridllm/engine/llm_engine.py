@@ -9,13 +9,15 @@ from dataclasses import dataclass
 from hybridllm.config import EngineArgs, EngineConfig
 from hybridllm.core.kv_cache_manager import KVCacheManager
 from hybridllm.core.scheduler import Scheduler
-from hybridllm.core.sequence import Request, Sequence, make_generator
 from hybridllm.engine.output_processor import OutputProcessor
+from hybridllm.executor.mock_runner import MockModelRunner
+from hybridllm.executor.model_runner import ModelRunner
 from hybridllm.outputs import RequestOutput
+from hybridllm.sampling import build_sampler
 from hybridllm.sampling_params import SamplingParams
+from hybridllm.sequence import Request, Sequence, make_generator
+from hybridllm.step_types import StepResult
 from hybridllm.text.tokenizer import load_tokenizer
-from hybridllm.worker.mock_runner import MockModelRunner
-from hybridllm.worker.model_runner import ModelRunner, StepResult
 
 
 @dataclass
@@ -29,7 +31,11 @@ class LLMEngine:
     def __init__(self, config: EngineConfig, detokenize: bool = True) -> None:
         self.config = config
         self.tokenizer, self.tokenizer_info = load_tokenizer(config.model_path)
-        self.runner = MockModelRunner(config) if config.args.mock_engine else ModelRunner(config)
+        if config.args.mock_engine:
+            self.runner: ModelRunner | MockModelRunner = MockModelRunner(config)
+        else:
+            sampler = build_sampler(config.model, config.args.seed, config.device)
+            self.runner = ModelRunner(config, sampler)
         self.kv = KVCacheManager(
             self.runner.num_blocks, config.args.block_size, config.args.enable_prefix_caching
         )
@@ -110,9 +116,6 @@ class LLMEngine:
 
     def has_unfinished_requests(self) -> bool:
         return bool(self.requests)
-
-    def get_num_unfinished_requests(self) -> int:
-        return len(self.requests)
 
     def step(self, while_running: Callable[[], None] | None = None) -> list[RequestOutput]:
         """One scheduled forward pass. `while_running` runs once the batch is scheduled, while

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from tokenizers import Tokenizer as HfTokenizer
 
-from hybridllm.core.sequence import Request, Sequence
 from hybridllm.outputs import CompletionOutput, RequestOutput
+from hybridllm.sequence import Request, Sequence
 from hybridllm.text.detokenizer import IncrementalDetokenizer
 from hybridllm.text.stop import StopChecker
 from hybridllm.text.tokenizer import DecodeOpts, Tokenizer

@@ -68,7 +68,7 @@ class _LocalContext:
 
 class InProcessEngineClient(EngineClient):
     def __init__(self, engine: Any, served_model_name: str) -> None:
-        from hybridllm.worker.grpc_server import EngineServicer
+        from hybridllm.server.grpc_server import EngineServicer
 
         self.engine = engine  # AsyncLLMEngine
         self.servicer = EngineServicer(engine, served_model_name)
@@ -129,7 +129,7 @@ class GrpcEngineClient(EngineClient):
         return self._client.stub
 
     async def start(self) -> None:
-        from hybridllm.worker.grpc_client import EngineGrpcClient
+        from hybridllm.server.grpc_client import EngineGrpcClient
 
         if self._client is None:  # channels bind to the loop they are created in
             self._client = EngineGrpcClient(self.address)

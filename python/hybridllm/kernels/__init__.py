@@ -10,6 +10,21 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+
+# Both paged-attention kernels work in base 2 (exp2) with the softmax scale folded in.
+LOG2E = 1.4426950408889634
+
+
+def dot_precision(dtype: torch.dtype) -> str:
+    # fp32 inputs would silently run as tf32 on tensor cores; ask for exact fp32 products.
+    import torch
+
+    return "ieee" if dtype == torch.float32 else "tf32"
 
 
 def interpreting() -> bool:
@@ -31,4 +46,4 @@ def triton_usable() -> bool:
     return torch.cuda.is_available()
 
 
-__all__ = ["interpreting", "triton_usable"]
+__all__ = ["LOG2E", "dot_precision", "interpreting", "triton_usable"]

@@ -23,7 +23,7 @@ _SOURCE = Path(__file__).parent / "csrc" / "paged_decode_cpu.cpp"
 def load() -> ModuleType | None:
     if os.environ.get("HYBRIDLLM_DISABLE_CPU_KERNELS"):
         return None
-    from hybridllm.models.resolve import cache_dir
+    from hybridllm.paths import cache_dir
 
     # One build folder per source location: checkouts side by side (git worktrees) would
     # otherwise rebuild the shared one in turn, ninja seeing a different source path each time.

@@ -15,10 +15,8 @@ import torch
 import triton
 import triton.language as tl
 
-from hybridllm.attention.metadata import AttentionMetadata
-from hybridllm.kernels import interpreting
-
-LOG2E = 1.4426950408889634
+from hybridllm.kernels import LOG2E, dot_precision, interpreting
+from hybridllm.step_types import AttentionMetadata
 
 
 @triton.jit
@@ -112,11 +110,6 @@ def _unified_attention_kernel(
         out_ptr + q_rows[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :],
         out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :],
     )
-
-
-def dot_precision(dtype: torch.dtype) -> str:
-    # fp32 inputs would silently run as tf32 on tensor cores; ask for exact fp32 products.
-    return "ieee" if dtype == torch.float32 else "tf32"
 
 
 def unified_attention(

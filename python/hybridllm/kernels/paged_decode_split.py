@@ -13,9 +13,8 @@ import torch
 import triton
 import triton.language as tl
 
-from hybridllm.attention.metadata import AttentionMetadata
-from hybridllm.kernels import interpreting
-from hybridllm.kernels.paged_attention import LOG2E, dot_precision
+from hybridllm.kernels import LOG2E, dot_precision, interpreting
+from hybridllm.step_types import AttentionMetadata
 
 
 @triton.jit

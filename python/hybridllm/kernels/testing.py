@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from hybridllm.attention.metadata import AttentionMetadata
+from hybridllm.step_types import AttentionMetadata
 
 
 def build_metadata(

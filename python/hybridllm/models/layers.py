@@ -1,7 +1,7 @@
 """Building blocks of the Llama family as small pure functions (torch reference versions).
 
 The model calls them through a `LayerOps` table chosen once at build time: `TORCH_OPS` (these
-functions; the CPU path) or `hybridllm.kernels.ops.triton_ops()` (fused Triton kernels with the
+functions; the CPU path) or `hybridllm.models.fused_ops.triton_ops()` (fused Triton kernels with the
 same results). These stay the oracle that the kernel tests compare against.
 """
 

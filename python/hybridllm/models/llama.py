@@ -11,11 +11,12 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-from hybridllm.attention import AttentionBackend, AttentionMetadata
+from hybridllm.attention import AttentionBackend
 from hybridllm.models import layers
 from hybridllm.models.config import LlamaConfig
 from hybridllm.models.cpu_linear import PackedLinear, pack_linears
 from hybridllm.models.layers import LayerOps
+from hybridllm.step_types import AttentionMetadata
 
 
 class LlamaAttention(nn.Module):

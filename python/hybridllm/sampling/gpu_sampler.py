@@ -14,10 +14,10 @@ import weakref
 
 import torch
 
-from hybridllm.core.sequence import Sequence
 from hybridllm.kernels.sampler_ref import SamplingTensors
 from hybridllm.outputs import LogprobsDict
-from hybridllm.sampling.sampler import SamplerOutput, top_logprobs
+from hybridllm.sequence import Sequence
+from hybridllm.step_types import SamplerOutput, top_logprobs
 
 _GOLDEN = 0x9E3779B97F4A7C15  # per-sample offset, as core.sequence.make_generator uses
 _SEED_MOD = 2**63

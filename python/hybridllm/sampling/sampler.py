@@ -7,41 +7,12 @@ samples do not depend on its batch mates.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from hybridllm.core.sequence import Sequence
-from hybridllm.outputs import Logprob, LogprobsDict
+from hybridllm.outputs import LogprobsDict
 from hybridllm.sampling import processors
-
-
-@dataclass
-class SamplerOutput:
-    token_ids: list[int]
-    logprobs: list[LogprobsDict | None]  # per row, when the row asked for logprobs
-    sampled_logprobs: list[float | None]
-
-
-def top_logprobs(
-    logprobs: torch.Tensor, chosen: torch.Tensor, num_top: list[int]
-) -> list[LogprobsDict]:
-    """For each row: the chosen token's logprob and rank, and the row's num_top best tokens."""
-    chosen_lp = logprobs.gather(1, chosen[:, None]).squeeze(1)
-    ranks = (logprobs > chosen_lp[:, None]).sum(dim=1) + 1
-    k = max(num_top, default=0)
-    top_vals, top_ids = logprobs.topk(k, dim=-1) if k else (None, None)
-    chosen_l, chosen_lp_l, ranks_l = chosen.tolist(), chosen_lp.tolist(), ranks.tolist()
-    out: list[LogprobsDict] = []
-    for i, n in enumerate(num_top):
-        entry: LogprobsDict = {}
-        if n:
-            vals, ids = top_vals[i, :n].tolist(), top_ids[i, :n].tolist()
-            for rank, (tok, val) in enumerate(zip(ids, vals), start=1):
-                entry[tok] = Logprob(val, rank)
-        entry.setdefault(chosen_l[i], Logprob(chosen_lp_l[i], ranks_l[i]))
-        out.append(entry)
-    return out
+from hybridllm.sequence import Sequence
+from hybridllm.step_types import SamplerOutput, top_logprobs
 
 
 class Sampler:

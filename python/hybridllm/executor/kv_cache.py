@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 
 from hybridllm.attention import AttentionBackend
 from hybridllm.config import CPU_DEFAULT_KV_CACHE_BYTES, EngineConfig
 from hybridllm.models.llama import LlamaForCausalLM
+from hybridllm.step_types import AttentionMetadata
 
 
 def bytes_per_block(config: EngineConfig, block_size: int) -> int:
@@ -81,6 +84,28 @@ def profile_batch(config: EngineConfig) -> list[int]:
     return [tokens // num_seqs + (i < tokens % num_seqs) for i in range(num_seqs)]
 
 
+def _prefill_metadata(lens: list[int], block_size: int, device: torch.device
+                      ) -> AttentionMetadata:
+    """Whole prompts of these lengths, each on its own consecutive blocks from block 0."""
+    tables, slots, start = [], [], 0
+    for n in lens:
+        nb = -(-n // block_size)
+        tables.append(list(range(start, start + nb)))
+        slots.extend(range(start * block_size, start * block_size + n))
+        start += nb
+    width = max(len(t) for t in tables)
+    return AttentionMetadata(
+        slot_mapping=torch.tensor(slots, dtype=torch.int64, device=device),
+        cu_seqlens_q=torch.tensor([0, *itertools.accumulate(lens)], dtype=torch.int32,
+                                  device=device),
+        seq_lens=torch.tensor(lens, dtype=torch.int32, device=device),
+        block_tables=torch.tensor([t + [0] * (width - len(t)) for t in tables],
+                                  dtype=torch.int32, device=device),
+        max_seqlen_q=max(lens), max_seqlen_k=max(lens),
+        query_lens_host=list(lens), seq_lens_host=list(lens),
+    )
+
+
 @torch.inference_mode()
 def profile_peak_bytes(config: EngineConfig, model: LlamaForCausalLM,
                        backend: AttentionBackend) -> int:
@@ -90,16 +115,13 @@ def profile_peak_bytes(config: EngineConfig, model: LlamaForCausalLM,
     scratch KV cache just large enough, whose bytes are left out of the peak."""
     from hybridllm.kernels.sampler import sample
     from hybridllm.kernels.sampler_ref import SamplingTensors
-    from hybridllm.kernels.testing import build_metadata
 
     dev, bs = config.device, config.args.block_size
     lens = profile_batch(config)
     num_blocks = sum(-(-n // bs) for n in lens)
     scratch = allocate_kv_caches(config, num_blocks)
     scratch_bytes = num_blocks * bytes_per_block(config, bs)
-    # A private generator: the block shuffle must not draw from the global RNG.
-    meta = build_metadata([(n, n) for n in lens], bs, num_blocks, dev,
-                          torch.Generator().manual_seed(0))
+    meta = _prefill_metadata(lens, bs, dev)
     positions = torch.cat([torch.arange(n) for n in lens]).to(dev)
     input_ids = torch.zeros_like(positions)
     torch.cuda.synchronize(dev)

@@ -14,9 +14,9 @@ import grpc
 from hybridllm.engine.async_llm_engine import AsyncLLMEngine, EngineDeadError
 from hybridllm.proto import engine_pb2 as pb
 from hybridllm.proto import engine_pb2_grpc as pb_grpc
-from hybridllm.worker.generate_stream import GenerateStreamCall
-from hybridllm.worker.proto_convert import sampling_params_from_proto
-from hybridllm.worker.responses import ResponseBuilder
+from hybridllm.server.generate_stream import GenerateStreamCall
+from hybridllm.server.proto_convert import sampling_params_from_proto
+from hybridllm.server.responses import ResponseBuilder
 
 logger = logging.getLogger("hybridllm.worker")
 

@@ -18,8 +18,9 @@ import bisect
 
 import torch
 
-from hybridllm.attention import AttentionBackend, AttentionMetadata
+from hybridllm.attention import AttentionBackend
 from hybridllm.models.llama import LlamaForCausalLM
+from hybridllm.step_types import AttentionMetadata
 
 MAX_CAPTURE_SIZE = 512
 

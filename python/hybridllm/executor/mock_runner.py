@@ -10,10 +10,8 @@ import time
 from collections.abc import Callable
 
 from hybridllm.config import EngineConfig
-from hybridllm.core.scheduler import SchedulerOutput
-from hybridllm.sampling import SamplerOutput
-from hybridllm.worker.kv_cache import num_kv_blocks
-from hybridllm.worker.model_runner import StepResult
+from hybridllm.executor.kv_cache import num_kv_blocks
+from hybridllm.step_types import SamplerOutput, SchedulerOutput, StepResult
 
 # Ordinary word-piece ids (no special tokens), cycled through by position.
 _FIRST_TOKEN = 1000

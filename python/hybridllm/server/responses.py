@@ -7,7 +7,7 @@ import grpc
 from hybridllm.outputs import RequestOutput
 from hybridllm.proto import engine_pb2 as pb
 from hybridllm.sampling_params import SamplingParams
-from hybridllm.worker.proto_convert import FINISH_REASONS, first_position, position_logprobs
+from hybridllm.server.proto_convert import FINISH_REASONS, first_position, position_logprobs
 
 
 class ResponseBuilder:

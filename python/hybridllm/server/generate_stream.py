@@ -19,8 +19,8 @@ import grpc
 from hybridllm.engine.async_llm_engine import AsyncLLMEngine, EngineDeadError, StepItem
 from hybridllm.outputs import RequestOutput
 from hybridllm.proto import engine_pb2 as pb
-from hybridllm.worker.proto_convert import sampling_params_from_proto
-from hybridllm.worker.responses import ResponseBuilder, rejected
+from hybridllm.server.proto_convert import sampling_params_from_proto
+from hybridllm.server.responses import ResponseBuilder, rejected
 
 logger = logging.getLogger("hybridllm.worker")
 

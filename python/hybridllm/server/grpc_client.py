@@ -12,8 +12,8 @@ import grpc
 from hybridllm.proto import engine_pb2 as pb
 from hybridllm.proto import engine_pb2_grpc as pb_grpc
 from hybridllm.sampling_params import SamplingParams
-from hybridllm.worker.grpc_server import GRPC_OPTIONS
-from hybridllm.worker.proto_convert import sampling_params_to_proto
+from hybridllm.server.grpc_server import GRPC_OPTIONS
+from hybridllm.server.proto_convert import sampling_params_to_proto
 
 
 class EngineGrpcClient:

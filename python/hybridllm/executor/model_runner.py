@@ -1,7 +1,7 @@
 """Runs one scheduled step: flat inputs from the schedule, forward, logits, sampling.
 
 On CUDA: fused Triton layer ops, the KV cache sized after a profiling pass, pure-decode steps
-replayed from CUDA graphs (worker/cuda_graph.py), and the Triton sampler. On CPU: the torch
+replayed from CUDA graphs (executor/cuda_graph.py), and the Triton sampler. On CPU: the torch
 layers, torch attention and the torch sampler, exactly as before.
 """
 
@@ -13,24 +13,28 @@ from dataclasses import dataclass
 
 import torch
 
-from hybridllm.attention import AttentionMetadata, get_attention_backend
+from hybridllm.attention import get_attention_backend
 from hybridllm.config import EngineConfig
-from hybridllm.core.scheduler import SchedulerOutput
-from hybridllm.core.sequence import Sequence
-from hybridllm.kernels.ops import select_layer_ops
-from hybridllm.models import cpu_linear
-from hybridllm.models.loader import load_model
-from hybridllm.outputs import LogprobsDict
-from hybridllm.sampling import Sampler, SamplerOutput
-from hybridllm.sampling.gpu_sampler import GpuSampler
-from hybridllm.sampling.sampler import top_logprobs
-from hybridllm.worker.cpu_env import keep_freed_memory
-from hybridllm.worker.cuda_graph import DecodeGraphs, capture_sizes
-from hybridllm.worker.kv_cache import (
+from hybridllm.executor.cpu_env import keep_freed_memory
+from hybridllm.executor.cuda_graph import DecodeGraphs, capture_sizes
+from hybridllm.executor.kv_cache import (
     allocate_kv_caches,
     needs_profile,
     num_kv_blocks,
     profile_peak_bytes,
+)
+from hybridllm.models import cpu_linear
+from hybridllm.models.fused_ops import select_layer_ops
+from hybridllm.models.loader import load_model
+from hybridllm.outputs import LogprobsDict
+from hybridllm.sequence import Sequence
+from hybridllm.step_types import (
+    AttentionMetadata,
+    SamplerOutput,
+    SchedulerOutput,
+    StepResult,
+    TokenSampler,
+    top_logprobs,
 )
 
 
@@ -45,16 +49,9 @@ class ModelInputs:
     prompt_lp: list[tuple[Sequence, int, list[int]]]
 
 
-@dataclass
-class StepResult:
-    sampled: SamplerOutput
-    sample_seqs: list[Sequence]
-    # seq_id -> (first prompt position predicted, entries) for this chunk
-    prompt_logprobs: dict[int, tuple[int, list[LogprobsDict]]]
-
-
 class ModelRunner:
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: EngineConfig, sampler: TokenSampler) -> None:
+        """`sampler` picks each sampling row's token (sampling/: the engine chooses it)."""
         self.config = config
         self.device = config.device
         self.block_size = config.args.block_size
@@ -74,12 +71,7 @@ class ModelRunner:
             self.model.pack_for_cpu()
         self.backend = get_attention_backend(self.device, config.args.attention_backend)
         self.model.set_layer_ops(select_layer_ops(self.device, self.backend.name))
-        m = config.model
-        self.sampler: Sampler | GpuSampler = (
-            GpuSampler(m.vocab_size, m.eos_token_ids, config.args.seed, self.device)
-            if self.device.type == "cuda"
-            else Sampler(m.vocab_size, m.eos_token_ids, config.args.seed)
-        )
+        self.sampler = sampler
         peak = None
         if needs_profile(config):
             peak = profile_peak_bytes(config, self.model, self.backend)

@@ -1,0 +1,1 @@
+"""Device-side work: KV-cache sizing, input preparation, the forward pass, CUDA graphs."""

@@ -1,0 +1,110 @@
+"""Plain data one engine step passes between layers: the schedule (core → executor), what
+attention is told about the flat batch (executor → models → attention → kernels), what the
+sampler picked and how logprobs are reported (sampling ⇄ executor → engine).
+
+A leaf module: it imports no layer of the package, so every layer can use it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+from hybridllm.outputs import Logprob, LogprobsDict
+from hybridllm.sequence import Sequence
+
+
+@dataclass
+class ScheduledSeq:
+    seq: Sequence
+    num_new_tokens: int  # tokens computed for seq in this step, from seq.num_computed_tokens
+
+    @property
+    def samples(self) -> bool:
+        """This chunk reaches the sequence's end, so its last row yields a new token."""
+        return self.seq.num_computed_tokens + self.num_new_tokens == self.seq.num_tokens
+
+
+@dataclass
+class SchedulerOutput:
+    scheduled: list[ScheduledSeq] = field(default_factory=list)
+    num_preempted: int = 0
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(s.num_new_tokens for s in self.scheduled)
+
+
+@dataclass
+class AttentionMetadata:
+    """A flat batch of T query tokens from B sequences, grouped by sequence in order.
+
+    Sequence i owns query rows cu_seqlens_q[i]:cu_seqlens_q[i+1]; they sit at the last
+    query_len positions of its seq_lens[i] keys (the earlier ones are already cached), so one
+    batch can mix whole prompts, prefill chunks on top of a cached prefix, and decode tokens.
+    """
+
+    slot_mapping: torch.Tensor  # [T] int64: cache slot (block * block_size + offset); -1 = skip
+    cu_seqlens_q: torch.Tensor  # [B + 1] int32
+    seq_lens: torch.Tensor  # [B] int32: keys per sequence after this step
+    block_tables: torch.Tensor  # [B, max_blocks] int32: physical block of each logical block
+    max_seqlen_q: int
+    max_seqlen_k: int
+    # Host copies, so backends can plan without a device sync.
+    query_lens_host: list[int]
+    seq_lens_host: list[int]
+    # Per-step work a backend derives once and reuses in every layer (index plans, masks).
+    backend_state: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.seq_lens_host)
+
+    @property
+    def is_pure_decode(self) -> bool:
+        return self.max_seqlen_q == 1
+
+
+@dataclass
+class SamplerOutput:
+    token_ids: list[int]
+    logprobs: list[LogprobsDict | None]  # per row, when the row asked for logprobs
+    sampled_logprobs: list[float | None]
+
+
+def top_logprobs(
+    logprobs: torch.Tensor, chosen: torch.Tensor, num_top: list[int]
+) -> list[LogprobsDict]:
+    """For each row: the chosen token's logprob and rank, and the row's num_top best tokens."""
+    chosen_lp = logprobs.gather(1, chosen[:, None]).squeeze(1)
+    ranks = (logprobs > chosen_lp[:, None]).sum(dim=1) + 1
+    k = max(num_top, default=0)
+    top_vals, top_ids = logprobs.topk(k, dim=-1) if k else (None, None)
+    chosen_l, chosen_lp_l, ranks_l = chosen.tolist(), chosen_lp.tolist(), ranks.tolist()
+    out: list[LogprobsDict] = []
+    for i, n in enumerate(num_top):
+        entry: LogprobsDict = {}
+        if n:
+            vals, ids = top_vals[i, :n].tolist(), top_ids[i, :n].tolist()
+            for rank, (tok, val) in enumerate(zip(ids, vals), start=1):
+                entry[tok] = Logprob(val, rank)
+        entry.setdefault(chosen_l[i], Logprob(chosen_lp_l[i], ranks_l[i]))
+        out.append(entry)
+    return out
+
+
+class TokenSampler(Protocol):
+    """What the model runner asks of the sampler it is given: one token per row of `logits`
+    (row i belongs to seqs[i]), with logprobs where the row's request asked for them."""
+
+    def __call__(self, logits: torch.Tensor, seqs: list[Sequence]) -> SamplerOutput: ...
+
+
+@dataclass
+class StepResult:
+    sampled: SamplerOutput
+    sample_seqs: list[Sequence]
+    # seq_id -> (first prompt position predicted, entries) for this chunk
+    prompt_logprobs: dict[int, tuple[int, list[LogprobsDict]]]
