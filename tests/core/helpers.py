@@ -1,0 +1,92 @@
+"""Builders for the scheduler and KV-cache tests, and the engine's bookkeeping after a step.
+
+Everything runs without a model: `run_step` does what `LLMEngine.step_requests` does around
+the forward pass (advance `num_computed_tokens`, publish full blocks, append a token to each
+sequence whose chunk reached its end).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hybridllm.config import SchedulerConfig
+from hybridllm.core.kv_cache_manager import KVCacheManager
+from hybridllm.core.scheduler import Scheduler
+from hybridllm.sampling_params import SamplingParams
+from hybridllm.sequence import Request, Sequence
+
+BLOCK = 4  # block size of every test
+
+
+def make_seq(
+    tokens: list[int] | range, rid: str = "r", prompt_logprobs: int | None = None
+) -> Sequence:
+    params = SamplingParams(prompt_logprobs=prompt_logprobs)
+    request = Request(rid, None, list(tokens), params, max_tokens=64)
+    seq = Sequence(request, 0, None)
+    request.seqs.append(seq)
+    return seq
+
+
+def make_scheduler(
+    num_blocks: int = 64,
+    budget: int = 64,
+    max_num_seqs: int = 16,
+    chunked: bool = True,
+    prefix: bool = False,
+) -> Scheduler:
+    config = SchedulerConfig(
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=budget,
+        max_model_len=1024,
+        enable_chunked_prefill=chunked,
+    )
+    return Scheduler(config, KVCacheManager(num_blocks, BLOCK, prefix))
+
+
+def add(sched: Scheduler, rid: str, tokens: list[int] | range) -> Sequence:
+    seq = make_seq(tokens, rid)
+    sched.add(seq)
+    return seq
+
+
+@dataclass
+class Step:
+    plan: list[tuple[str, int]]  # (request id, num_new_tokens), in schedule order
+    starts: list[int]  # each one's num_computed_tokens when scheduled
+    sampled: list[str]  # request ids whose chunk reached the end and got a token
+    num_preempted: int
+
+
+def run_step(sched: Scheduler) -> Step:
+    """schedule → (forward) → the engine's bookkeeping; returns what was scheduled."""
+    out = sched.schedule()
+    assert out.num_tokens <= sched.config.max_num_batched_tokens
+    starts = [item.seq.num_computed_tokens for item in out.scheduled]
+    sampling = [item.seq for item in out.scheduled if item.samples]
+    for item in out.scheduled:
+        item.seq.num_computed_tokens += item.num_new_tokens
+        sched.kv.cache_computed_blocks(item.seq)
+    for seq in sampling:
+        seq.token_ids.append(1000 + seq.num_tokens)  # a distinct token per position
+    return Step(
+        plan=[(s.seq.request.request_id, s.num_new_tokens) for s in out.scheduled],
+        starts=starts,
+        sampled=[s.request.request_id for s in sampling],
+        num_preempted=out.num_preempted,
+    )
+
+
+def rids(seqs) -> list[str]:
+    return [s.request.request_id for s in seqs]
+
+
+def prefill(kv: KVCacheManager, seq: Sequence) -> bool:
+    """Admit seq as the scheduler does (prefix hits first) and compute its whole prompt."""
+    cached = kv.find_cached_prefix(seq)
+    num_cached = len(cached) * kv.block_size
+    if not kv.allocate(seq, seq.num_tokens - num_cached, cached):
+        return False
+    seq.num_computed_tokens = seq.num_tokens
+    kv.cache_computed_blocks(seq)
+    return True
