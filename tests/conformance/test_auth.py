@@ -24,7 +24,7 @@ def python_routes() -> set[tuple[str, str]]:
     from hybridllm.entrypoints.openai import build_app
     from hybridllm.entrypoints.openai.app import route_table
 
-    app = build_app(GrpcEngineClient("unix:///nonexistent"), {})  # no start-up needed
+    app = build_app(GrpcEngineClient("unix:///nonexistent"))  # no start-up needed
     return route_table(app.routes)
 
 

@@ -3,6 +3,6 @@
 It mirrors `rust-frontend/src` response for response; `tests/conformance` holds them equal.
 """
 
-from hybridllm.entrypoints.openai.api_server import add_frontend_args, build_app, run_python_server
+from hybridllm.entrypoints.openai.api_server import build_app, run_python_server
 
-__all__ = ["add_frontend_args", "build_app", "run_python_server"]
+__all__ = ["build_app", "run_python_server"]

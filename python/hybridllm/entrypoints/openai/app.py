@@ -22,7 +22,8 @@ from hybridllm.entrypoints.openai import serving_chat, serving_completions, serv
 from hybridllm.entrypoints.openai.chat_render import compile_template
 from hybridllm.entrypoints.openai.errors import UNAUTHORIZED, ApiError, internal, not_found
 from hybridllm.entrypoints.openai.metrics import Metrics
-from hybridllm.entrypoints.openai.state import AppState, ServeOptions
+from hybridllm.entrypoints.openai.state import AppState
+from hybridllm.entrypoints.rust_frontend import ServeOptions
 from hybridllm.text.tokenizer import Tokenizer
 
 logger = logging.getLogger("hybridllm.frontend")
@@ -93,9 +94,8 @@ def route_table(routes: list[Any]) -> set[tuple[str, str]]:
     return out
 
 
-def build_app(engine: EngineClient, options: ServeOptions | dict[str, Any] | None = None
-              ) -> FastAPI:
-    opts = options if isinstance(options, ServeOptions) else ServeOptions.from_dict(options or {})
+def build_app(engine: EngineClient, opts: ServeOptions | None = None) -> FastAPI:
+    opts = opts or ServeOptions()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
