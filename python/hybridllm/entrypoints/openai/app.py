@@ -19,11 +19,11 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hybridllm.entrypoints.engine_client import EngineClient
 from hybridllm.entrypoints.openai import serving_chat, serving_completions, serving_misc
-from hybridllm.entrypoints.openai.chat_render import compile_template
 from hybridllm.entrypoints.openai.errors import UNAUTHORIZED, ApiError, internal, not_found
 from hybridllm.entrypoints.openai.metrics import Metrics
 from hybridllm.entrypoints.openai.state import AppState
 from hybridllm.entrypoints.rust_frontend import ServeOptions
+from hybridllm.text.chat_template import compile_template
 from hybridllm.text.tokenizer import Tokenizer
 
 logger = logging.getLogger("hybridllm.frontend")

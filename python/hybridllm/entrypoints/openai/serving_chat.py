@@ -9,7 +9,6 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from hybridllm.entrypoints.openai.chat_render import TEMPLATE_SCHEMA, render_prompt
 from hybridllm.entrypoints.openai.errors import bad
 from hybridllm.entrypoints.openai.generate import (
     Finish,
@@ -21,10 +20,22 @@ from hybridllm.entrypoints.openai.generate import (
 from hybridllm.entrypoints.openai.http_utils import SSEResponse, get_state, read_json
 from hybridllm.entrypoints.openai.jsonfmt import RustJSONResponse
 from hybridllm.entrypoints.openai.logprobs import chat_content, prompt_logprobs
-from hybridllm.entrypoints.openai.state import check_model, new_id, now
+from hybridllm.entrypoints.openai.state import AppState, check_model, new_id, now
 from hybridllm.entrypoints.openai.validation import SAMPLING_SCHEMA, fit_max_tokens, validate
+from hybridllm.text.chat_template import (
+    ChatTemplateError,
+    InvalidMessagesError,
+    InvalidTemplateError,
+    render_chat,
+)
 
 router = APIRouter()
+
+TEMPLATE_SCHEMA: list[tuple[str, Any, bool]] = [
+    ("tools", "any", False), ("documents", "any", False), ("add_generation_prompt", "bool", False),
+    ("continue_final_message", "bool", False), ("chat_template", "str", False),
+    ("chat_template_kwargs", ("map", "any"), False),
+]
 
 CHAT_SCHEMA: list[tuple[str, Any, bool]] = [
     ("model", "str", False), ("messages", ("seq", "any"), True),
@@ -38,6 +49,28 @@ CHAT_SCHEMA: list[tuple[str, Any, bool]] = [
 def usage_json(prompt: int, completion: int, cached: int) -> dict[str, Any]:
     return {"prompt_tokens": prompt, "completion_tokens": completion,
             "total_tokens": prompt + completion, "prompt_tokens_details": {"cached_tokens": cached}}
+
+
+def render_prompt(state: AppState, messages: list[Any], t: dict[str, Any],
+                  default_agp: bool) -> str:
+    """With the request's template, the --chat-template override or the model's."""
+    source = t.get("chat_template", state.template)
+    if source is None:
+        raise bad("This model has no chat template; pass `chat_template` or use /v1/completions.")
+    info = state.model_info
+    try:
+        return render_chat(source, messages,
+                           add_generation_prompt=t.get("add_generation_prompt", default_agp),
+                           continue_final_message=t.get("continue_final_message", False),
+                           tools=t.get("tools"), documents=t.get("documents"),
+                           bos_token=info.bos_token, eos_token=info.eos_token,
+                           extra=t.get("chat_template_kwargs"))
+    except InvalidTemplateError as e:  # only a request's own: the others compiled at start-up
+        raise bad(str(e), "chat_template") from None
+    except InvalidMessagesError as e:
+        raise bad(str(e), "messages") from None
+    except ChatTemplateError as e:
+        raise bad(str(e)) from None
 
 
 @router.post("/v1/chat/completions")

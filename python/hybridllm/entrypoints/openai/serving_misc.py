@@ -12,11 +12,11 @@ from starlette.responses import Response
 
 from hybridllm import __version__
 from hybridllm.entrypoints.engine_client import EngineCallError
-from hybridllm.entrypoints.openai.chat_render import TEMPLATE_SCHEMA, render_prompt
 from hybridllm.entrypoints.openai.errors import bad
 from hybridllm.entrypoints.openai.generate import tokenize as encode
 from hybridllm.entrypoints.openai.http_utils import get_state, read_json
 from hybridllm.entrypoints.openai.jsonfmt import RustJSONResponse
+from hybridllm.entrypoints.openai.serving_chat import TEMPLATE_SCHEMA, render_prompt
 from hybridllm.entrypoints.openai.state import check_model, new_id
 
 router = APIRouter()
