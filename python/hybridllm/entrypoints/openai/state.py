@@ -6,6 +6,8 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
+from starlette.requests import Request
+
 from hybridllm.entrypoints.engine_client import EngineClient
 from hybridllm.entrypoints.openai.errors import model_not_found
 from hybridllm.entrypoints.openai.metrics import Metrics
@@ -19,7 +21,7 @@ class AppState:
     options: ServeOptions
     engine: EngineClient
     tokenizer: Tokenizer
-    template: str | None  # chat template source (compiled lazily, cached)
+    template: str | None  # chat template source
     model_info: pb.ModelInfo
     served_names: list[str]
     max_model_len: int
@@ -40,3 +42,7 @@ def check_model(state: AppState, model: str | None) -> None:
     """An omitted/null model is allowed; any other name must be one of the served names."""
     if model is not None and model not in state.served_names:
         raise model_not_found(model)
+
+
+def get_state(request: Request) -> AppState:
+    return request.app.state.hybridllm
