@@ -26,7 +26,8 @@ class Struct(BaseModel):
 
 
 class SamplingRequest(Struct):
-    """The sampling fields of both generation endpoints, in validation.rs's order."""
+    """The sampling fields of both generation endpoints, in validation.rs's order (which
+    counts: serde reads a sequence given for them as these fields in order)."""
 
     n: I64 | None = None
     best_of: I64 | None = None
