@@ -1,32 +1,97 @@
-"""Unit checks of the Python frontend's serde-compatible formatting and text pipeline."""
+"""Unit checks of the Python frontend's request reading and messages, and of the text pipeline
+it shares with the offline LLM (the conformance suite compares whole servers)."""
 
 from __future__ import annotations
 
-import pytest
+from typing import Any
 
-from hybridllm.entrypoints.openai.jsonfmt import dumps, rust_display, ryu
+import pytest
+from pydantic import ValidationError
+
+from hybridllm.entrypoints.openai.errors import ApiError
+from hybridllm.entrypoints.openai.protocol import (
+    ChatCompletionRequest,
+    DetokenizeRequest,
+    Struct,
+    include_usage,
+    request_error,
+)
+from hybridllm.entrypoints.openai.validation import _num, validate
+from hybridllm.text.chat_template import InvalidMessagesError, render_chat
 from hybridllm.text.stop import StopChecker
 
+HI = [{"role": "user", "content": "hi"}]
 
-@pytest.mark.parametrize("x,want", [
-    (0.0, "0.0"), (-0.0, "-0.0"), (1.0, "1.0"), (100.0, "100.0"), (-9999.0, "-9999.0"),
-    (0.5, "0.5"), (1e-5, "0.00001"), (1.5e-5, "0.000015"), (1e-6, "1e-6"), (1.5e-7, "1.5e-7"),
-    (1e15, "1000000000000000.0"), (1e16, "1e16"), (1.25e17, "1.25e17"),
-    (-0.019685963168740273, "-0.019685963168740273"),
+
+def error_of(cls: type[Struct], value: Any) -> ApiError:
+    with pytest.raises(ValidationError) as e:
+        cls.model_validate(value)
+    return request_error(cls, value, e.value)
+
+
+@pytest.mark.parametrize("value,param", [
+    ({"messages": HI, "temperature": "x"}, "temperature"),
+    ({"messages": HI, "stop_token_ids": [1, -1]}, "stop_token_ids[1]"),
+    ({"messages": HI, "logit_bias": {"7": "x"}}, "logit_bias.7"),
+    ({"messages": HI, "stream_options": {"include_usage": 1}}, "stream_options.include_usage"),
+    ({"messages": HI, "stream_options": [1]}, "stream_options[0]"),
+    ({"messages": HI, "stream_options": [True, False]}, "stream_options"),
+    ({"n": "x", "messages": [], "model": 5}, "model"),  # the request's own fields first
+    ({"chat_template": 5, "messages": [], "n": "x"}, "n"),  # then sampling, then template
+    ({"n": "x"}, "n"),  # a mistyped flattened field before a missing one
+    ({}, None),
+    ([True], "[0]"),  # a sequence is read as the sampling fields in order
+    ([None, True], "[1]"),
+    ([1], None),
+    (None, None),
 ])
-def test_ryu_like_serde_json(x: float, want: str) -> None:
-    assert ryu(x) == want
+def test_param_is_the_field_serde_names(value: Any, param: str | None) -> None:
+    e = error_of(ChatCompletionRequest, value)
+    assert (e.status, e.param) == (400, param)
+    assert e.message.startswith("Invalid request: ")
+
+
+def test_missing_field_is_named_in_the_message() -> None:
+    e = error_of(DetokenizeRequest, {})
+    assert e.param is None and "tokens" in e.message
+    assert error_of(DetokenizeRequest, {"temperature": "x"}).param == "temperature"
+
+
+def test_stream_options_forms() -> None:
+    def usage(v: Any) -> bool:
+        return include_usage(ChatCompletionRequest.model_validate(
+            {"messages": HI, "stream_options": v}).stream_options)
+
+    assert [usage(v) for v in ({"include_usage": True}, [True], [], None)] == \
+        [True, True, False, False]
 
 
 @pytest.mark.parametrize("x,want", [(3.0, "3"), (2.5, "2.5"), (-2.0, "-2"), (1e-7, "0.0000001"),
-                                    (1e20, "100000000000000000000"), (0.0, "0")])
-def test_rust_display(x: float, want: str) -> None:
-    assert rust_display(x) == want
+                                    (1e20, "100000000000000000000"), (0.0, "0"), (-0.0, "-0")])
+def test_numbers_in_messages_as_rust_writes_them(x: float, want: str) -> None:
+    assert _num(x) == want
 
 
-def test_dumps_compact_ordered() -> None:
-    assert dumps({"b": [1, 2.0, None, True], "a": "é\n\u0001"}) == \
-        '{"b":[1,2.0,null,true],"a":"é\\n\\u0001"}'
+def test_validate_sets_only_given_fields() -> None:
+    req = ChatCompletionRequest.model_validate({"messages": HI, "temperature": 0, "seed": 3,
+                                                "logit_bias": {"+5": 1}, "stop": "x"})
+    p = validate(req, None, 100)
+    assert p.sampling.HasField("temperature") and not p.sampling.HasField("top_p")
+    assert (p.sampling.seed, dict(p.sampling.logit_bias), p.stop, p.n) == (3, {5: 1.0}, ["x"], 1)
+    with pytest.raises(ApiError, match=r"^temperature must be in \[0, 2\], got 3\.$"):
+        validate(ChatCompletionRequest.model_validate({"messages": HI, "temperature": 3}),
+                 None, 100)
+
+
+def test_chat_rendering_shared_with_llm_chat() -> None:
+    source = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
+    parts = [{"role": "user", "content": [{"type": "text", "text": "a"}, {"text": "b"}]},
+             {"role": "assistant", "content": "The answer is"}]
+    assert render_chat(source, parts) == "<user>a\nb<assistant>The answer is"
+    assert render_chat(source, parts, continue_final_message=True) == \
+        "<user>a\nb<assistant>The answer is"
+    with pytest.raises(InvalidMessagesError, match="messages\\[0\\] must be an object"):
+        render_chat(source, [5])
 
 
 def test_stop_checker_like_rust() -> None:

@@ -17,7 +17,7 @@ import urllib.request
 from typing import Any
 
 from hybridllm.config import EngineArgs
-from hybridllm.entrypoints.openai.api_server import add_frontend_args, frontend_options
+from hybridllm.entrypoints.rust_frontend import add_frontend_args, frontend_options
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -89,8 +89,8 @@ def run_rust_frontend(args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: stop.set())
     worker = spawn(worker_argv(args, engine_address))
     options = frontend_options(args)
-    if options["chat_template"]:
-        options["chat_template"] = os.path.abspath(options["chat_template"])
+    if options.chat_template:
+        options.chat_template = os.path.abspath(options.chat_template)
     frontend = RustFrontendProcessManager(sock, engine_address, options,
                                           threads=args.frontend_threads)
     try:

@@ -1,4 +1,6 @@
-"""RustFrontendProcessManager: runs the Rust HTTP frontend on a socket bound by Python.
+"""RustFrontendProcessManager: runs the Rust HTTP frontend on a socket bound by Python; and
+the serve flags both frontends take (`add_frontend_args`), turned into the Rust binary's
+`--args-json` (`ServeOptions`, rust-frontend/src/config.rs), which the Python fallback takes too.
 
 Binding in Python first reserves the port before the model loads; the child inherits the
 bound socket (pass_fds) and calls listen() itself. Children ask for a parent-death signal
@@ -9,6 +11,7 @@ threaded process (a preexec_fn) is what once aborted the frontend before it coul
 
 from __future__ import annotations
 
+import argparse
 import ctypes
 import json
 import os
@@ -17,11 +20,105 @@ import signal
 import socket
 import subprocess
 import sys
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 _PR_SET_PDEATHSIG = 1
 PARENT_PID_ENV = "HYBRIDLLM_PARENT_PID"
+
+
+def _list_arg(value: str) -> list[str]:
+    """vLLM takes JSON lists (`--allowed-origins '["*"]'`); a comma list works too."""
+    value = value.strip()
+    if value.startswith("["):
+        parsed = json.loads(value)
+        if not isinstance(parsed, list) or not all(isinstance(x, str) for x in parsed):
+            raise argparse.ArgumentTypeError("expected a JSON list of strings")
+        return parsed
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def add_frontend_args(parser: argparse.ArgumentParser) -> None:
+    """Serve options shared by both frontends; flags the parser already has are left alone
+    (--served-model-name and --max-model-len come from EngineArgs)."""
+    have = set(parser._option_string_actions)  # noqa: SLF001 - argparse has no public query
+
+    def add(flag: str, **kw: Any) -> None:
+        if flag not in have:
+            parser.add_argument(flag, **kw)
+
+    add("--host", default="0.0.0.0", help="Address to listen on.")
+    add("--port", type=int, default=8000)
+    add("--listen-fd", type=int, default=None,
+        help="An already bound TCP socket inherited from the launcher.")
+    add("--api-key", action="append", default=None,
+        help="Required Bearer key (repeatable; also env HYBRIDLLM_API_KEY, comma-separated).")
+    add("--allowed-origins", type=_list_arg, default=["*"])
+    add("--allowed-methods", type=_list_arg, default=["*"])
+    add("--allowed-headers", type=_list_arg, default=["*"])
+    add("--allow-credentials", action="store_true")
+    add("--served-model-name", nargs="+", default=None)
+    add("--max-model-len", type=int, default=None)
+    add("--max-request-body-bytes", type=int, default=32 << 20,
+        help="Larger request bodies get 413.")
+    add("--chat-template", default=None, help="A Jinja file overriding the model's template.")
+    add("--max-log-len", type=int, default=0, help="Prompt token ids logged per request.")
+    add("--disable-log-requests", action="store_true")
+    add("--engine-connect-timeout", type=float, default=60.0,
+        help="Seconds to wait for an external engine worker to answer at start-up.")
+    add("--frontend-shutdown-timeout", type=float, default=30.0,
+        help="Seconds in-flight HTTP requests may take to finish after SIGTERM.")
+    add("--connect-engine", default=None, metavar="ADDRESS",
+        help="Use the running `hybridllm worker` at ADDRESS (unix:///path.sock or host:port) "
+             "instead of loading the engine in this process.")
+
+
+def _api_keys(args: argparse.Namespace) -> list[str]:
+    keys = list(getattr(args, "api_key", None) or [])
+    env = os.environ.get("HYBRIDLLM_API_KEY", "")
+    keys += [k.strip() for k in env.split(",") if k.strip()]
+    return keys
+
+
+@dataclass
+class ServeOptions:
+    """The `--args-json` schema of the Rust frontend (rust-frontend/src/config.rs)."""
+
+    served_model_name: list[str] = field(default_factory=list)
+    max_model_len: int | None = None
+    api_keys: list[str] = field(default_factory=list)
+    allowed_origins: list[str] = field(default_factory=lambda: ["*"])
+    allowed_methods: list[str] = field(default_factory=lambda: ["*"])
+    allowed_headers: list[str] = field(default_factory=lambda: ["*"])
+    allow_credentials: bool = False
+    max_request_body_bytes: int = 32 << 20
+    chat_template: str | None = None  # a path
+    tokenizer_path: str | None = None
+    max_log_len: int = 0
+    engine_connect_timeout_s: float = 60.0
+    disable_log_requests: bool = False
+    shutdown_timeout_s: float = 30.0
+
+
+def frontend_options(args: argparse.Namespace) -> ServeOptions:
+    """The frontend's options from the parsed serve flags."""
+    smn = getattr(args, "served_model_name", None)
+    return ServeOptions(
+        served_model_name=[smn] if isinstance(smn, str) else list(smn or []),
+        max_model_len=getattr(args, "max_model_len", None),
+        api_keys=_api_keys(args),
+        allowed_origins=args.allowed_origins,
+        allowed_methods=args.allowed_methods,
+        allowed_headers=args.allowed_headers,
+        allow_credentials=args.allow_credentials,
+        max_request_body_bytes=args.max_request_body_bytes,
+        chat_template=args.chat_template,
+        max_log_len=args.max_log_len,
+        engine_connect_timeout_s=args.engine_connect_timeout,
+        disable_log_requests=args.disable_log_requests,
+        shutdown_timeout_s=args.frontend_shutdown_timeout,
+    )
 
 
 def exit_with_launcher() -> None:
@@ -88,7 +185,7 @@ class RustFrontendProcessManager:
     """Owns the frontend child: start it on the inherited socket, watch it, stop it."""
 
     def __init__(self, sock: socket.socket, engine_address: str,
-                 serve_options: dict[str, Any], threads: int | None = None) -> None:
+                 serve_options: ServeOptions, threads: int | None = None) -> None:
         self.sock = sock
         self.engine_address = engine_address
         self.serve_options = serve_options
@@ -101,7 +198,7 @@ class RustFrontendProcessManager:
             str(find_frontend_binary()),
             "--listen-fd", str(fd),
             "--engine-address", self.engine_address,
-            "--args-json", json.dumps(self.serve_options),
+            "--args-json", json.dumps(asdict(self.serve_options)),
         ]
         if self.threads:
             argv += ["--worker-threads", str(self.threads)]

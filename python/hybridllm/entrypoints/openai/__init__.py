@@ -1,8 +1,9 @@
 """The Python fallback of the OpenAI-compatible HTTP frontend (FastAPI under uvicorn).
 
-It mirrors `rust-frontend/src` response for response; `tests/conformance` holds them equal.
+It answers as `rust-frontend/src` does: same status codes, JSON values, error types and
+params, SSE events; `tests/conformance` holds them equal.
 """
 
-from hybridllm.entrypoints.openai.api_server import add_frontend_args, build_app, run_python_server
+from hybridllm.entrypoints.openai.api_server import build_app, run_python_server
 
-__all__ = ["add_frontend_args", "build_app", "run_python_server"]
+__all__ = ["build_app", "run_python_server"]

@@ -8,7 +8,8 @@ import logging
 import sys
 
 from hybridllm.config import EngineArgs
-from hybridllm.entrypoints.openai.api_server import add_frontend_args, run_python_server
+from hybridllm.entrypoints.openai.api_server import run_python_server
+from hybridllm.entrypoints.rust_frontend import add_frontend_args
 
 
 def main(argv: list[str] | None = None) -> int:

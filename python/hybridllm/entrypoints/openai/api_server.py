@@ -1,100 +1,132 @@
-"""`hybridllm serve` without the Rust frontend: shared serve flags, and uvicorn start-up.
-
-`add_frontend_args` adds the flags both frontends share; `frontend_options(args)` turns them
-into the dict the Rust binary takes as `--args-json` (rust-frontend/src/config.rs), which is
-also what `build_app` takes, so one dict serves both.
-"""
+"""`hybridllm serve` without the Rust frontend: the FastAPI application (routers, auth, CORS,
+error bodies, engine start-up) and uvicorn on the listening socket."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
+import hmac
 import logging
-import os
 import socket
-from typing import Any
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
 
-from hybridllm.entrypoints.openai.app import build_app
-from hybridllm.entrypoints.rust_frontend import bind_listen_socket
+from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from hybridllm.entrypoints.engine_client import EngineClient
+from hybridllm.entrypoints.openai import serving_chat, serving_completions, serving_misc
+from hybridllm.entrypoints.openai.errors import UNAUTHORIZED, ApiError, internal
+from hybridllm.entrypoints.openai.metrics import Metrics
+from hybridllm.entrypoints.openai.state import AppState
+from hybridllm.entrypoints.rust_frontend import ServeOptions, bind_listen_socket, frontend_options
+from hybridllm.text.chat_template import compile_template
+from hybridllm.text.tokenizer import Tokenizer
 
 logger = logging.getLogger("hybridllm.frontend")
+OPEN_PATHS = ("/health", "/version")
 
 
-def _list_arg(value: str) -> list[str]:
-    """vLLM takes JSON lists (`--allowed-origins '["*"]'`); a comma list works too."""
-    value = value.strip()
-    if value.startswith("["):
-        parsed = json.loads(value)
-        if not isinstance(parsed, list) or not all(isinstance(x, str) for x in parsed):
-            raise argparse.ArgumentTypeError("expected a JSON list of strings")
-        return parsed
-    return [v.strip() for v in value.split(",") if v.strip()]
+def key_ok(keys: list[str], header: str | None) -> bool:
+    if header is None or not header.startswith("Bearer "):
+        return False
+    token = header[len("Bearer "):].strip().encode()
+    ok = False
+    for k in keys:  # every key is compared, so timing does not tell which one matched
+        ok |= hmac.compare_digest(k.encode(), token)
+    return ok
 
 
-def add_frontend_args(parser: argparse.ArgumentParser) -> None:
-    """Serve options shared by both frontends; flags the parser already has are left alone
-    (--served-model-name and --max-model-len come from EngineArgs)."""
-    have = set(parser._option_string_actions)  # noqa: SLF001 - argparse has no public query
+class AuthMiddleware:
+    """Everything but /health, /version and CORS preflight needs a key when keys are set."""
 
-    def add(flag: str, **kw: Any) -> None:
-        if flag not in have:
-            parser.add_argument(flag, **kw)
+    def __init__(self, app: ASGIApp, keys: list[str]) -> None:
+        self.app, self.keys = app, keys
 
-    add("--host", default="0.0.0.0", help="Address to listen on.")
-    add("--port", type=int, default=8000)
-    add("--listen-fd", type=int, default=None,
-        help="An already bound TCP socket inherited from the launcher.")
-    add("--api-key", action="append", default=None,
-        help="Required Bearer key (repeatable; also env HYBRIDLLM_API_KEY, comma-separated).")
-    add("--allowed-origins", type=_list_arg, default=["*"])
-    add("--allowed-methods", type=_list_arg, default=["*"])
-    add("--allowed-headers", type=_list_arg, default=["*"])
-    add("--allow-credentials", action="store_true")
-    add("--served-model-name", nargs="+", default=None)
-    add("--max-model-len", type=int, default=None)
-    add("--max-request-body-bytes", type=int, default=32 << 20,
-        help="Larger request bodies get 413.")
-    add("--chat-template", default=None, help="A Jinja file overriding the model's template.")
-    add("--max-log-len", type=int, default=0, help="Prompt token ids logged per request.")
-    add("--disable-log-requests", action="store_true")
-    add("--engine-connect-timeout", type=float, default=60.0,
-        help="Seconds to wait for an external engine worker to answer at start-up.")
-    add("--frontend-shutdown-timeout", type=float, default=30.0,
-        help="Seconds in-flight HTTP requests may take to finish after SIGTERM.")
-    add("--connect-engine", default=None, metavar="ADDRESS",
-        help="Use the running `hybridllm worker` at ADDRESS (unix:///path.sock or host:port) "
-             "instead of loading the engine in this process.")
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (scope["type"] != "http" or not self.keys or scope["method"] == "OPTIONS"
+                or scope["path"] in OPEN_PATHS):
+            return await self.app(scope, receive, send)
+        header = dict(scope["headers"]).get(b"authorization")
+        text = header.decode("latin-1") if header is not None else None
+        if key_ok(self.keys, text):
+            return await self.app(scope, receive, send)
+        await ApiError(401, UNAUTHORIZED).response()(scope, receive, send)
 
 
-def _api_keys(args: argparse.Namespace) -> list[str]:
-    keys = list(getattr(args, "api_key", None) or [])
-    env = os.environ.get("HYBRIDLLM_API_KEY", "")
-    keys += [k.strip() for k in env.split(",") if k.strip()]
-    return keys
+async def build_state(engine: EngineClient, options: ServeOptions) -> AppState:
+    """Everything that can fail before serving fails here, with a clear message."""
+    override = None
+    if options.chat_template is not None:
+        try:
+            override = Path(options.chat_template).read_text()
+        except OSError as e:
+            raise RuntimeError(f"cannot read chat template {options.chat_template}: {e}") from e
+        compile_template(override)  # a broken one must fail at start-up
+    info = await engine.wait_ready()
+    tokenizer = Tokenizer(options.tokenizer_path or info.tokenizer_path)
+    template = override if override is not None else (info.chat_template or None)
+    if template is not None:
+        compile_template(template)
+    names = list(options.served_model_name) or [info.served_model_name or info.model_path]
+    max_model_len = options.max_model_len or info.max_model_len
+    state = AppState(
+        options=options, engine=engine, tokenizer=tokenizer, template=template,
+        model_info=info, served_names=names, max_model_len=max_model_len,
+        vocab_size=max(info.vocab_size, tokenizer.vocab_size()), metrics=Metrics(),
+    )
+    logger.info("engine ready: model=%s max_model_len=%d", names[0], max_model_len)
+    return state
 
 
-def frontend_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The `--args-json` dict of the Rust frontend, from the parsed serve flags."""
-    smn = getattr(args, "served_model_name", None)
-    return {
-        "served_model_name": [smn] if isinstance(smn, str) else list(smn or []),
-        "max_model_len": getattr(args, "max_model_len", None),
-        "api_keys": _api_keys(args),
-        "allowed_origins": args.allowed_origins,
-        "allowed_methods": args.allowed_methods,
-        "allowed_headers": args.allowed_headers,
-        "allow_credentials": args.allow_credentials,
-        "max_request_body_bytes": args.max_request_body_bytes,
-        "chat_template": args.chat_template,
-        "max_log_len": args.max_log_len,
-        "engine_connect_timeout_s": args.engine_connect_timeout,
-        "disable_log_requests": args.disable_log_requests,
-        "shutdown_timeout_s": args.frontend_shutdown_timeout,
-    }
+def build_app(engine: EngineClient, opts: ServeOptions | None = None) -> FastAPI:
+    opts = opts or ServeOptions()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.hybridllm = await build_state(engine, opts)
+        try:
+            yield
+        finally:
+            await engine.close()
+
+    app = FastAPI(lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    for module in (serving_chat, serving_completions, serving_misc):
+        app.include_router(module.router)
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, e: ApiError) -> Response:
+        return e.response()
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, e: StarletteHTTPException) -> Response:
+        if e.status_code == 404:
+            return ApiError(404, "Not Found").response()
+        # axum answers a wrong method with an empty 405 and an Allow header.
+        return Response(status_code=e.status_code, headers=e.headers)
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, e: Exception) -> Response:
+        logger.exception("unhandled error")
+        return internal(str(e)).response()
+
+    app.add_middleware(AuthMiddleware, keys=list(opts.api_keys))
+    lists = (opts.allowed_origins, opts.allowed_methods, opts.allowed_headers)
+    origins, methods, headers = (["*"] if "*" in v else v for v in lists)
+    app.add_middleware(
+        CORSMiddleware, allow_origins=origins, allow_methods=methods, allow_headers=headers,
+        # Like tower-http: credentials only with explicit lists, never with wildcards.
+        allow_credentials=opts.allow_credentials and "*" not in origins + methods + headers,
+    )
+    return app
 
 
-def _engine_client(args: argparse.Namespace) -> Any:
+def _engine_client(args: argparse.Namespace) -> EngineClient:
     from hybridllm.entrypoints.engine_client import GrpcEngineClient, InProcessEngineClient
 
     if args.connect_engine:
@@ -131,7 +163,7 @@ def run_python_server(args: argparse.Namespace) -> int:
         return 1
     app = build_app(_engine_client(args), options)
     config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False,
-                            timeout_graceful_shutdown=int(options["shutdown_timeout_s"]) or None)
+                            timeout_graceful_shutdown=int(options.shutdown_timeout_s) or None)
     server = uvicorn.Server(config)
 
     async def main() -> int:

@@ -1,10 +1,12 @@
-"""Every failure a client can see: status code and the OpenAI error body, as errors.rs has them."""
+"""Every failure a client can see: status code and the OpenAI error body, as errors.rs has them;
+and the JSON response every body goes out in."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from hybridllm.entrypoints.openai.jsonfmt import RustJSONResponse
+import orjson
+from starlette.responses import Response
 
 _TYPES = {
     400: "BadRequestError",
@@ -18,34 +20,27 @@ _TYPES = {
 UNAUTHORIZED = "Unauthorized: a valid API key is required (Authorization: Bearer <key>)."
 
 
+def json_response(content: Any, status: int = 200,
+                  headers: dict[str, str] | None = None) -> Response:
+    return Response(orjson.dumps(content), status, headers, media_type="application/json")
+
+
 class ApiError(Exception):
     def __init__(self, status: int, message: str, param: str | None = None) -> None:
         super().__init__(message)
-        self.status = status
-        self.message = message
-        self.param = param
+        self.status, self.message, self.param = status, message, param
 
     def body(self) -> dict[str, Any]:
-        return {
-            "error": {
-                "message": self.message,
-                "type": _TYPES[self.status],
-                "param": self.param,
-                "code": self.status,
-            }
-        }
+        return {"error": {"message": self.message, "type": _TYPES[self.status],
+                          "param": self.param, "code": self.status}}
 
-    def response(self) -> RustJSONResponse:
+    def response(self) -> Response:
         headers = {"www-authenticate": "Bearer"} if self.status == 401 else None
-        return RustJSONResponse(self.body(), status_code=self.status, headers=headers)
+        return json_response(self.body(), self.status, headers)
 
 
 def bad(message: str, param: str | None = None) -> ApiError:
     return ApiError(400, message, param)
-
-
-def not_found(message: str) -> ApiError:
-    return ApiError(404, message)
 
 
 def internal(message: str) -> ApiError:
@@ -65,7 +60,7 @@ def from_engine(code: str, message: str) -> ApiError:
     if code in ("INVALID_ARGUMENT", "OUT_OF_RANGE", "FAILED_PRECONDITION"):
         return bad(message)
     if code == "NOT_FOUND":
-        return not_found(message)
+        return ApiError(404, message)
     if code in ("UNAVAILABLE", "RESOURCE_EXHAUSTED", "DEADLINE_EXCEEDED", "CANCELLED"):
         return ApiError(503, f"The engine is unavailable: {message}")
     return internal(f"Engine error: {message}")

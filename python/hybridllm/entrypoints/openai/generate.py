@@ -20,6 +20,8 @@ from hybridllm.text.detokenizer import IncrementalDetokenizer
 from hybridllm.text.stop import StopChecker
 
 logger = logging.getLogger("hybridllm.frontend")
+_RUNNING = pb.FINISH_REASON_UNSPECIFIED
+_REASONS = {pb.FINISH_REASON_LENGTH: "length", pb.FINISH_REASON_ABORT: "abort"}
 
 
 @dataclass
@@ -64,9 +66,7 @@ class GenStream:
 
     def _process(self, resp: pb.GenerateResponse) -> list[Event]:
         st, tok = self.state, self.state.tokenizer
-        events: list[Event] = []
-        if resp.HasField("prompt"):
-            events.append(resp.prompt)
+        events: list[Event] = [resp.prompt] if resp.HasField("prompt") else []
         now = time.monotonic()
         if any(d.token_ids for d in resp.sequences):
             if self.last_token is None:
@@ -77,34 +77,29 @@ class GenStream:
         for d in resp.sequences:
             if d.index >= len(self.seqs):
                 raise internal(f"engine sent unknown sequence index {d.index}")
-            seq = self.seqs[d.index]
-            ef = d.finish_reason
-            seq.engine_finished |= ef != pb.FINISH_REASON_UNSPECIFIED
+            seq, ef = self.seqs[d.index], d.finish_reason
+            seq.engine_finished |= ef != _RUNNING
             if seq.finished:
                 continue
             if ef == pb.FINISH_REASON_ERROR:
                 raise internal(resp.error or "engine error")
             ids = list(d.token_ids)
-            text_ids = ids
+            stop_id = d.stop_token_id if d.HasField("stop_token_id") else None
             # The EOS / stop token that ended the sequence is not part of the text.
-            if (ef == pb.FINISH_REASON_STOP and not self.req.params.include_stop
-                    and d.HasField("stop_token_id") and ids and ids[-1] == d.stop_token_id):
-                text_ids = ids[:-1]
-            text = seq.detok.push(tok, text_ids)
-            if ef != pb.FINISH_REASON_UNSPECIFIED:
+            drop_last = (ef == pb.FINISH_REASON_STOP and not self.req.params.include_stop
+                         and stop_id is not None and ids and ids[-1] == stop_id)
+            text = seq.detok.push(tok, ids[:-1] if drop_last else ids)
+            if ef != _RUNNING:
                 text += seq.detok.flush(tok)
             text, matched = seq.stop.push(text)
             finish = Finish("stop", matched) if matched is not None else None
-            if finish is None and ef != pb.FINISH_REASON_UNSPECIFIED:
+            if finish is None and ef != _RUNNING:
                 text += seq.stop.flush()
-                if ef == pb.FINISH_REASON_LENGTH:
-                    finish = Finish("length")
-                elif ef == pb.FINISH_REASON_ABORT:
-                    finish = Finish("abort")
-                else:
-                    sid = d.stop_token_id if d.HasField("stop_token_id") else None
+                if ef in _REASONS:
+                    finish = Finish(_REASONS[ef])
+                else:  # a stop token id is reported, EOS is not
                     eos = st.model_info.eos_token_ids
-                    finish = Finish("stop", sid if sid is not None and sid not in eos else None)
+                    finish = Finish("stop", None if stop_id in eos else stop_id)
             if finish is not None:
                 seq.finished = True
                 st.metrics.request_success.labels(finish.reason).inc()

@@ -9,8 +9,7 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from hybridllm.entrypoints.openai.chat_render import TEMPLATE_SCHEMA, render_prompt
-from hybridllm.entrypoints.openai.errors import bad
+from hybridllm.entrypoints.openai.errors import bad, json_response
 from hybridllm.entrypoints.openai.generate import (
     Finish,
     GenRequest,
@@ -18,21 +17,24 @@ from hybridllm.entrypoints.openai.generate import (
     generate_many,
     tokenize,
 )
-from hybridllm.entrypoints.openai.http_utils import SSEResponse, get_state, read_json
-from hybridllm.entrypoints.openai.jsonfmt import RustJSONResponse
 from hybridllm.entrypoints.openai.logprobs import chat_content, prompt_logprobs
-from hybridllm.entrypoints.openai.state import check_model, new_id, now
-from hybridllm.entrypoints.openai.validation import SAMPLING_SCHEMA, fit_max_tokens, validate
+from hybridllm.entrypoints.openai.protocol import (
+    ChatCompletionRequest,
+    TemplateArgs,
+    include_usage,
+    read_request,
+)
+from hybridllm.entrypoints.openai.sse import ChunkHead, SSEResponse
+from hybridllm.entrypoints.openai.state import AppState, check_model, get_state, new_id, now
+from hybridllm.entrypoints.openai.validation import fit_max_tokens, validate
+from hybridllm.text.chat_template import (
+    ChatTemplateError,
+    InvalidMessagesError,
+    InvalidTemplateError,
+    render_chat,
+)
 
 router = APIRouter()
-
-CHAT_SCHEMA: list[tuple[str, Any, bool]] = [
-    ("model", "str", False), ("messages", ("seq", "any"), True),
-    ("*flatten", SAMPLING_SCHEMA, False), ("logprobs", "bool", False),
-    ("top_logprobs", "i64", False), ("stream", "bool", False),
-    ("stream_options", "struct:StreamOptions", False), ("*flatten", TEMPLATE_SCHEMA, False),
-    ("add_special_tokens", "bool", False),
-]
 
 
 def usage_json(prompt: int, completion: int, cached: int) -> dict[str, Any]:
@@ -40,39 +42,50 @@ def usage_json(prompt: int, completion: int, cached: int) -> dict[str, Any]:
             "total_tokens": prompt + completion, "prompt_tokens_details": {"cached_tokens": cached}}
 
 
+def render_prompt(state: AppState, messages: list[Any], t: TemplateArgs, default_agp: bool) -> str:
+    """With the request's template, the --chat-template override or the model's."""
+    source = t.chat_template if t.chat_template is not None else state.template
+    if source is None:
+        raise bad("This model has no chat template; pass `chat_template` or use /v1/completions.")
+    agp = default_agp if t.add_generation_prompt is None else t.add_generation_prompt
+    info = state.model_info
+    try:
+        return render_chat(source, messages, add_generation_prompt=agp,
+                           continue_final_message=bool(t.continue_final_message), tools=t.tools,
+                           documents=t.documents, bos_token=info.bos_token,
+                           eos_token=info.eos_token, extra=t.chat_template_kwargs)
+    except InvalidTemplateError as e:  # only a request's own: the others compiled at start-up
+        raise bad(str(e), "chat_template") from None
+    except InvalidMessagesError as e:
+        raise bad(str(e), "messages") from None
+    except ChatTemplateError as e:
+        raise bad(str(e)) from None
+
+
 @router.post("/v1/chat/completions")
 async def chat_completions(request: Request) -> Response:
     state = get_state(request)
-    req = await read_json(request, CHAT_SCHEMA, "ChatRequest")
-    check_model(state, req.get("model"))
-    want, top = req.get("logprobs", False), req.get("top_logprobs")
-    if not want and top is not None and top > 0:
+    req = await read_request(request, ChatCompletionRequest, state.options.max_request_body_bytes)
+    check_model(state, req.model)
+    if not req.logprobs and req.top_logprobs is not None and req.top_logprobs > 0:
         raise bad("top_logprobs requires logprobs to be true.", "top_logprobs")
-    lp = (top or 0) if want else None
-    params = validate(req, lp, state.vocab_size)
-    agp = not req.get("continue_final_message", False)
-    prompt = render_prompt(state, req["messages"], req, agp)
-    ids = await tokenize(state, prompt, req.get("add_special_tokens", False))
+    params = validate(req, (req.top_logprobs or 0) if req.logprobs else None, state.vocab_size)
+    prompt = render_prompt(state, req.messages, req, not req.continue_final_message)
+    ids = await tokenize(state, prompt, bool(req.add_special_tokens))
     max_tokens = fit_max_tokens(len(ids), params.max_tokens, state.max_model_len)
     rid = new_id("chatcmpl")
     created, model, n = now(), state.served_names[0], params.n
     top_n, want_lp = params.logprobs or 0, params.logprobs is not None
     prompt_len = len(ids)
     events = await generate_many(state, [GenRequest(rid, ids, params, max_tokens)])
-    if req.get("stream", False):
-        include_usage = bool(req.get("stream_options", {}).get("include_usage"))
-
-        def chunk(choices: list[Any], usage: Any = None) -> dict[str, Any]:
-            c = {"id": rid, "object": "chat.completion.chunk", "created": created,
-                 "model": model, "choices": choices}
-            if include_usage:
-                c["usage"] = usage
-            return c
+    if req.stream:
+        head = ChunkHead(rid, "chat.completion.chunk", created, model,
+                         include_usage(req.stream_options))
 
         async def stream() -> AsyncIterator[Any]:
             for i in range(n):
-                yield chunk([{"index": i, "delta": {"role": "assistant", "content": ""},
-                              "logprobs": None, "finish_reason": None}])
+                yield head.chunk([{"index": i, "delta": {"role": "assistant", "content": ""},
+                                   "logprobs": None, "finish_reason": None}])
             prompt_tokens, cached, completion = prompt_len, 0, 0
             try:
                 async for _, ev in events:
@@ -88,12 +101,12 @@ async def chat_completions(request: Request) -> Response:
                     c: dict[str, Any] = {"index": ev.index, "delta": delta, "logprobs": lpj,
                                          "finish_reason": ev.finish.reason if ev.finish else None}
                     if ev.finish:
-                        c["stop_reason"] = ev.finish.stop_reason
-                    yield chunk([c])
+                        c["stop_reason"] = ev.finish.stop_reason  # on a choice's last chunk
+                    yield head.chunk([c])
             finally:
                 await events.aclose()  # type: ignore[attr-defined]
-            if include_usage:
-                yield chunk([], usage_json(prompt_tokens, completion, cached))
+            if head.include_usage:
+                yield head.chunk([], usage_json(prompt_tokens, completion, cached))
 
         return SSEResponse(stream())
 
@@ -121,7 +134,7 @@ async def chat_completions(request: Request) -> Response:
             "logprobs": {"content": lps[i]} if want_lp else None,
             "finish_reason": f.reason, "stop_reason": f.stop_reason,
         })
-    return RustJSONResponse({
+    return json_response({
         "id": rid, "object": "chat.completion", "created": created, "model": model,
         "choices": choices, "usage": usage_json(prompt_tokens, sum(tokens), cached),
         "prompt_logprobs": prompt_lps,

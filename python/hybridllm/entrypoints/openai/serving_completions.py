@@ -10,7 +10,7 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from hybridllm.entrypoints.openai.errors import bad
+from hybridllm.entrypoints.openai.errors import bad, json_response
 from hybridllm.entrypoints.openai.generate import (
     Finish,
     GenRequest,
@@ -18,21 +18,15 @@ from hybridllm.entrypoints.openai.generate import (
     generate_many,
     tokenize,
 )
-from hybridllm.entrypoints.openai.http_utils import SSEResponse, get_state, read_json
-from hybridllm.entrypoints.openai.jsonfmt import RustJSONResponse
 from hybridllm.entrypoints.openai.logprobs import CompletionLogprobs, prompt_logprobs
+from hybridllm.entrypoints.openai.protocol import CompletionRequest, include_usage, read_request
 from hybridllm.entrypoints.openai.serving_chat import usage_json
-from hybridllm.entrypoints.openai.state import check_model, new_id, now
-from hybridllm.entrypoints.openai.validation import SAMPLING_SCHEMA, fit_max_tokens, validate
+from hybridllm.entrypoints.openai.sse import ChunkHead, SSEResponse
+from hybridllm.entrypoints.openai.state import check_model, get_state, new_id, now
+from hybridllm.entrypoints.openai.validation import fit_max_tokens, validate
 
 router = APIRouter()
 
-COMPLETION_SCHEMA: list[tuple[str, Any, bool]] = [
-    ("model", "str", False), ("prompt", "any", True), ("*flatten", SAMPLING_SCHEMA, False),
-    ("logprobs", "i64", False), ("echo", "bool", False), ("suffix", "str", False),
-    ("stream", "bool", False), ("stream_options", "struct:StreamOptions", False),
-    ("add_special_tokens", "bool", False),
-]
 _BAD_PROMPT = ("prompt must be a string, a list of strings, a list of token ids or a list of "
                "token id lists.")
 
@@ -64,19 +58,19 @@ def parse_prompts(v: Any) -> list[str | list[int]]:
 @router.post("/v1/completions")
 async def completions(request: Request) -> Response:
     state = get_state(request)
-    req = await read_json(request, COMPLETION_SCHEMA, "CompletionRequest")
-    check_model(state, req.get("model"))
-    if "suffix" in req:
+    req = await read_request(request, CompletionRequest, state.options.max_request_body_bytes)
+    check_model(state, req.model)
+    if req.suffix is not None:
         raise bad("suffix is not supported.", "suffix")
-    echo = req.get("echo", False)
-    if echo and "logprobs" in req:
+    echo = bool(req.echo)
+    if echo and req.logprobs is not None:
         raise bad("echo together with logprobs is not supported.", "echo")
-    params = validate(req, req.get("logprobs"), state.vocab_size)
+    params = validate(req, req.logprobs, state.vocab_size)
     gens, echoes = [], []
     rid = new_id("cmpl")
-    for i, p in enumerate(parse_prompts(req["prompt"])):
+    for i, p in enumerate(parse_prompts(req.prompt)):
         if isinstance(p, str):
-            ids, text = await tokenize(state, p, req.get("add_special_tokens", True)), p
+            ids, text = await tokenize(state, p, req.add_special_tokens is not False), p
         else:
             badid = next((t for t in p if t >= state.vocab_size), None)
             if badid is not None:
@@ -93,23 +87,16 @@ async def completions(request: Request) -> Response:
     created, model = now(), state.served_names[0]
     top_n, want_lp = params.logprobs or 0, params.logprobs is not None
     events = await generate_many(state, gens)
-    if req.get("stream", False):
-        include_usage = bool(req.get("stream_options", {}).get("include_usage"))
-
-        def chunk(choices: list[Any], usage: Any = None) -> dict[str, Any]:
-            c = {"id": rid, "object": "text_completion", "created": created, "model": model,
-                 "choices": choices}
-            if include_usage:
-                c["usage"] = usage
-            return c
+    if req.stream:
+        head = ChunkHead(rid, "text_completion", created, model, include_usage(req.stream_options))
 
         async def stream() -> AsyncIterator[Any]:
             offsets = [0] * (num_prompts * n)
             if echo:
                 for p, text in enumerate(echoes):
                     for j in range(n):
-                        yield chunk([{"index": p * n + j, "text": text, "logprobs": None,
-                                      "finish_reason": None, "stop_reason": None}])
+                        yield head.chunk([{"index": p * n + j, "text": text, "logprobs": None,
+                                           "finish_reason": None, "stop_reason": None}])
             prompt_tokens, cached, completion = list(prompt_lens), 0, 0
             try:
                 async for p, ev in events:
@@ -129,13 +116,13 @@ async def completions(request: Request) -> Response:
                         offsets[ci] = delta.offset
                         lpj = delta.to_json()
                     f = ev.finish
-                    yield chunk([{"index": ci, "text": ev.text, "logprobs": lpj,
-                                  "finish_reason": f.reason if f else None,
-                                  "stop_reason": f.stop_reason if f else None}])
+                    yield head.chunk([{"index": ci, "text": ev.text, "logprobs": lpj,
+                                       "finish_reason": f.reason if f else None,
+                                       "stop_reason": f.stop_reason if f else None}])
             finally:
                 await events.aclose()  # type: ignore[attr-defined]
-            if include_usage:
-                yield chunk([], usage_json(sum(prompt_tokens), completion, cached))
+            if head.include_usage:
+                yield head.chunk([], usage_json(sum(prompt_tokens), completion, cached))
 
         return SSEResponse(stream())
 
@@ -165,7 +152,7 @@ async def completions(request: Request) -> Response:
                         "logprobs": lps[i].to_json() if want_lp else None,
                         "finish_reason": f.reason, "stop_reason": f.stop_reason,
                         "prompt_logprobs": prompt_lps[i // n]})
-    return RustJSONResponse({
+    return json_response({
         "id": rid, "object": "text_completion", "created": created, "model": model,
         "choices": choices, "usage": usage_json(sum(prompt_tokens), sum(tokens), cached),
     })

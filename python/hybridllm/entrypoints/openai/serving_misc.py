@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 from fastapi import APIRouter
 from starlette.requests import Request
@@ -12,23 +11,14 @@ from starlette.responses import Response
 
 from hybridllm import __version__
 from hybridllm.entrypoints.engine_client import EngineCallError
-from hybridllm.entrypoints.openai.chat_render import TEMPLATE_SCHEMA, render_prompt
-from hybridllm.entrypoints.openai.errors import bad
+from hybridllm.entrypoints.openai.errors import bad, json_response
 from hybridllm.entrypoints.openai.generate import tokenize as encode
-from hybridllm.entrypoints.openai.http_utils import get_state, read_json
-from hybridllm.entrypoints.openai.jsonfmt import RustJSONResponse
-from hybridllm.entrypoints.openai.state import check_model, new_id
+from hybridllm.entrypoints.openai.protocol import DetokenizeRequest, TokenizeRequest, read_request
+from hybridllm.entrypoints.openai.serving_chat import render_prompt
+from hybridllm.entrypoints.openai.state import check_model, get_state, new_id
 
 router = APIRouter()
 logger = logging.getLogger("hybridllm.frontend")
-
-TOKENIZE_SCHEMA: list[tuple[str, Any, bool]] = [
-    ("model", "str", False), ("prompt", "str", False), ("messages", ("seq", "any"), False),
-    ("add_special_tokens", "bool", False), ("*flatten", TEMPLATE_SCHEMA, False),
-]
-DETOKENIZE_SCHEMA: list[tuple[str, Any, bool]] = [
-    ("model", "str", False), ("tokens", ("seq", "u32"), True),
-]
 
 
 @router.get("/v1/models")
@@ -44,7 +34,7 @@ async def models(request: Request) -> Response:
             "organization": "*", "group": None, "is_blocking": False,
         }],
     } for name in st.served_names]
-    return RustJSONResponse({"object": "list", "data": data})
+    return json_response({"object": "list", "data": data})
 
 
 @router.get("/health")
@@ -59,7 +49,7 @@ async def health(request: Request) -> Response:
 
 @router.get("/version")
 async def version() -> Response:
-    return RustJSONResponse({"version": __version__})
+    return json_response({"version": __version__})
 
 
 @router.get("/metrics")
@@ -76,25 +66,26 @@ async def metrics(request: Request) -> Response:
 @router.post("/tokenize")
 async def tokenize(request: Request) -> Response:
     st = get_state(request)
-    req = await read_json(request, TOKENIZE_SCHEMA, "TokenizeRequest")
-    check_model(st, req.get("model"))
-    if "prompt" in req and "messages" not in req:
-        text, default_special = req["prompt"], True
-    elif "messages" in req and "prompt" not in req:
-        text, default_special = render_prompt(st, req["messages"], req, True), False
+    req = await read_request(request, TokenizeRequest, st.options.max_request_body_bytes)
+    check_model(st, req.model)
+    if req.prompt is not None and req.messages is None:
+        text, default_special = req.prompt, True
+    elif req.messages is not None and req.prompt is None:
+        text, default_special = render_prompt(st, req.messages, req, True), False
     else:
         raise bad("Exactly one of `prompt` or `messages` must be given.")
-    tokens = await encode(st, text, req.get("add_special_tokens", default_special))
-    return RustJSONResponse({"count": len(tokens), "max_model_len": st.max_model_len,
-                             "tokens": tokens})
+    special = default_special if req.add_special_tokens is None else req.add_special_tokens
+    tokens = await encode(st, text, special)
+    return json_response({"count": len(tokens), "max_model_len": st.max_model_len,
+                          "tokens": tokens})
 
 
 @router.post("/detokenize")
 async def detokenize(request: Request) -> Response:
     st = get_state(request)
-    req = await read_json(request, DETOKENIZE_SCHEMA, "DetokenizeRequest")
-    check_model(st, req.get("model"))
-    badid = next((t for t in req["tokens"] if t >= st.vocab_size), None)
+    req = await read_request(request, DetokenizeRequest, st.options.max_request_body_bytes)
+    check_model(st, req.model)
+    badid = next((t for t in req.tokens if t >= st.vocab_size), None)
     if badid is not None:
         raise bad(f"Token id {badid} is out of vocabulary (size {st.vocab_size}).", "tokens")
-    return RustJSONResponse({"prompt": st.tokenizer.decode(req["tokens"])})
+    return json_response({"prompt": st.tokenizer.decode(req.tokens)})

@@ -1,35 +1,22 @@
 """Sampling-parameter validation shared by chat and completions (validation.rs): every
-out-of-range value is a 400 naming the field and its limit, before the engine sees it."""
+out-of-range value is a 400 naming the field and its limit, before the engine sees it. The
+ranges and messages are the HTTP API's, the Rust frontend's, in its order of checks."""
 
 from __future__ import annotations
 
-import math
+import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from decimal import Decimal
 
 from hybridllm.entrypoints.openai.errors import bad
-from hybridllm.entrypoints.openai.jsonfmt import rust_display
-from hybridllm.entrypoints.openai.serde_json_compat import debug_str
+from hybridllm.entrypoints.openai.protocol import SamplingRequest
 from hybridllm.proto import engine_pb2 as pb
 from hybridllm.text.tokenizer import DecodeOpts
 
 MAX_LOGPROBS = 20
 U32_MAX = (1 << 32) - 1
 I32_MAX = (1 << 31) - 1
-
-# The sampling fields of both endpoints, as serde types (SamplingRequest).
-SAMPLING_SCHEMA: list[tuple[str, Any, bool]] = [
-    ("n", "i64", False), ("best_of", "i64", False), ("temperature", "f64", False),
-    ("top_p", "f64", False), ("top_k", "i64", False), ("min_p", "f64", False),
-    ("presence_penalty", "f64", False), ("frequency_penalty", "f64", False),
-    ("repetition_penalty", "f64", False), ("seed", "i64", False), ("max_tokens", "i64", False),
-    ("max_completion_tokens", "i64", False), ("min_tokens", "i64", False),
-    ("stop", "any", False), ("stop_token_ids", ("seq", "u32"), False),
-    ("ignore_eos", "bool", False), ("logit_bias", ("map", "f64"), False),
-    ("skip_special_tokens", "bool", False), ("spaces_between_special_tokens", "bool", False),
-    ("include_stop_str_in_output", "bool", False), ("prompt_logprobs", "i64", False),
-]
 
 
 @dataclass
@@ -43,94 +30,79 @@ class GenParams:
     logprobs: int | None = None  # top-k per generated token (0: only the sampled one)
 
 
-def _range(req: dict[str, Any], name: str, lo: float, hi: float, lo_open: bool) -> float | None:
-    x = req.get(name)
-    if x is None:
-        return None
-    ok = math.isfinite(x) and (x > lo if lo_open else x >= lo) and x <= hi
-    if not ok:
-        left = "(" if lo_open else "["
-        raise bad(f"{name} must be in {left}{rust_display(lo)}, {rust_display(hi)}], "
-                  f"got {rust_display(x)}.", name)
-    return x
+def _num(x: float) -> str:
+    """A number in a message as the Rust frontend writes it: 3, 2.5, 0.0000001 (no `3.0`)."""
+    return f"{Decimal(repr(x)).normalize():f}"
 
 
-def _stop_list(v: Any) -> list[str]:
-    if v is None:
-        return []
-    if isinstance(v, str):
-        return [v]
-    if isinstance(v, list) and all(isinstance(x, str) for x in v):
-        return list(v)
-    raise bad("stop must be a string or a list of strings.", "stop")
+def _range(name: str, x: float | None, lo: float, hi: float, lo_open: bool = False) -> None:
+    if x is not None and not ((lo < x if lo_open else lo <= x) and x <= hi):  # NaN fails too
+        raise bad(f"{name} must be in {'(' if lo_open else '['}{_num(lo)}, {_num(hi)}], "
+                  f"got {_num(x)}.", name)
 
 
-def validate(req: dict[str, Any], logprobs: int | None, vocab_size: int) -> GenParams:
-    n = req.get("n", 1)
+def _stop_list(v: object) -> list[str]:
+    stops = [] if v is None else [v] if isinstance(v, str) else v
+    if not isinstance(stops, list) or not all(isinstance(x, str) for x in stops):
+        raise bad("stop must be a string or a list of strings.", "stop")
+    return stops
+
+
+def validate(req: SamplingRequest, logprobs: int | None, vocab_size: int) -> GenParams:
+    n = 1 if req.n is None else req.n
     if not 1 <= n <= 128:
         raise bad(f"n must be in [1, 128], got {n}.", "n")
-    if req.get("best_of") is not None and req["best_of"] != n:
+    if req.best_of is not None and req.best_of != n:
         raise bad("best_of is not supported (it must equal n).", "best_of")
-    temperature = _range(req, "temperature", 0.0, 2.0, False)
-    top_p = _range(req, "top_p", 0.0, 1.0, True)
-    min_p = _range(req, "min_p", 0.0, 1.0, False)
-    presence = _range(req, "presence_penalty", -2.0, 2.0, False)
-    frequency = _range(req, "frequency_penalty", -2.0, 2.0, False)
-    rep = req.get("repetition_penalty")
-    if rep is not None and not (math.isfinite(rep) and 0.0 < rep <= 2.0):
-        raise bad(f"repetition_penalty must be in (0, 2], got {rust_display(rep)}.",
-                  "repetition_penalty")
-    top_k = req.get("top_k")
-    if top_k is not None and not -1 <= top_k <= I32_MAX:
-        raise bad(f"top_k must be -1 (disable), or at least 1, got {top_k}.", "top_k")
-    mct = req.get("max_completion_tokens")
-    m = mct if mct is not None else req.get("max_tokens")
-    if m is not None and not 1 <= m <= U32_MAX:
-        name = "max_completion_tokens" if mct is not None else "max_tokens"
-        raise bad(f"{name} must be at least 1, got {m}.", name)
-    min_tokens = req.get("min_tokens", 0)
-    if min_tokens < 0 or (m is not None and min_tokens > m):
+    _range("temperature", req.temperature, 0, 2)
+    _range("top_p", req.top_p, 0, 1, lo_open=True)
+    _range("min_p", req.min_p, 0, 1)
+    _range("presence_penalty", req.presence_penalty, -2, 2)
+    _range("frequency_penalty", req.frequency_penalty, -2, 2)
+    _range("repetition_penalty", req.repetition_penalty, 0, 2, lo_open=True)
+    if req.top_k is not None and not -1 <= req.top_k <= I32_MAX:
+        raise bad(f"top_k must be -1 (disable), or at least 1, got {req.top_k}.", "top_k")
+    name = "max_tokens" if req.max_completion_tokens is None else "max_completion_tokens"
+    max_tokens = getattr(req, name)
+    if max_tokens is not None and not 1 <= max_tokens <= U32_MAX:
+        raise bad(f"{name} must be at least 1, got {max_tokens}.", name)
+    min_tokens = req.min_tokens or 0
+    if min_tokens < 0 or (max_tokens is not None and min_tokens > max_tokens):
         raise bad(f"min_tokens must be in [0, max_tokens], got {min_tokens}.", "min_tokens")
-    for name, lp in (("logprobs", logprobs), ("prompt_logprobs", req.get("prompt_logprobs"))):
+    for name, lp in (("logprobs", logprobs), ("prompt_logprobs", req.prompt_logprobs)):
         if lp is not None and not 0 <= lp <= MAX_LOGPROBS:
             raise bad(f"{name} must be in [0, {MAX_LOGPROBS}], got {lp}.", name)
     bias: dict[int, float] = {}
-    for k, v in (req.get("logit_bias") or {}).items():
-        if not re.fullmatch(r"\+?[0-9]+", k) or int(k) > U32_MAX:
-            raise bad(f"logit_bias key {debug_str(k)} is not a token id.", "logit_bias")
+    for k, v in (req.logit_bias or {}).items():
+        if not re.fullmatch(r"\+?[0-9]+", k) or int(k) > U32_MAX:  # what u32 parses
+            key = json.dumps(k, ensure_ascii=False)
+            raise bad(f"logit_bias key {key} is not a token id.", "logit_bias")
         if int(k) >= vocab_size:
             raise bad(f"token_id {int(k)} in logit_bias is out of vocabulary (size {vocab_size}).",
                       "logit_bias")
-        if not -100.0 <= v <= 100.0:
-            raise bad(f"logit_bias values must be in [-100, 100], got {rust_display(v)}.",
-                      "logit_bias")
+        if not -100 <= v <= 100:
+            raise bad(f"logit_bias values must be in [-100, 100], got {_num(v)}.", "logit_bias")
         bias[int(k)] = v
-    stop_ids = req.get("stop_token_ids") or []
-    for i in stop_ids:
+    for i in req.stop_token_ids or []:
         if i >= vocab_size:
             raise bad(f"stop token id {i} is out of vocabulary (size {vocab_size}).",
                       "stop_token_ids")
-    sp = pb.SamplingParams(n=n)
-    for name, value in (("temperature", temperature), ("top_p", top_p), ("top_k", top_k),
-                        ("min_p", min_p), ("presence_penalty", presence),
-                        ("frequency_penalty", frequency), ("repetition_penalty", rep),
-                        ("seed", req.get("seed")), ("min_tokens", req.get("min_tokens")),
-                        ("ignore_eos", req.get("ignore_eos")), ("logprobs", logprobs),
-                        ("prompt_logprobs", req.get("prompt_logprobs"))):
-        if value is not None:
-            setattr(sp, name, value)
-    sp.stop_token_ids.extend(stop_ids)
-    for tid, b in bias.items():
-        sp.logit_bias[tid] = b
+    sampling = pb.SamplingParams(  # None leaves a field unset: the engine's default
+        n=n, temperature=req.temperature, top_p=req.top_p, top_k=req.top_k, min_p=req.min_p,
+        presence_penalty=req.presence_penalty, frequency_penalty=req.frequency_penalty,
+        repetition_penalty=req.repetition_penalty, seed=req.seed, min_tokens=req.min_tokens,
+        stop_token_ids=req.stop_token_ids or [], ignore_eos=req.ignore_eos, logprobs=logprobs,
+        prompt_logprobs=req.prompt_logprobs, logit_bias=bias,
+    )
     return GenParams(
-        sampling=sp,
+        sampling=sampling,
         n=n,
-        max_tokens=m,
-        stop=_stop_list(req.get("stop")),
-        include_stop=bool(req.get("include_stop_str_in_output", False)),
+        max_tokens=max_tokens,
+        stop=_stop_list(req.stop),
+        include_stop=bool(req.include_stop_str_in_output),
         decode=DecodeOpts(
-            skip_special_tokens=req.get("skip_special_tokens", True),
-            spaces_between_special_tokens=req.get("spaces_between_special_tokens", True),
+            skip_special_tokens=req.skip_special_tokens is not False,
+            spaces_between_special_tokens=req.spaces_between_special_tokens is not False,
         ),
         logprobs=logprobs,
     )

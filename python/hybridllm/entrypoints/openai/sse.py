@@ -1,4 +1,5 @@
-"""Body reading with the size limit (413), serde-like parsing (400) and the SSE response."""
+"""Server-sent events as OpenAI clients parse them (sse.rs): `data: <json>\n\n` per chunk, an
+error chunk if generation fails mid-stream, then `data: [DONE]\n\n`."""
 
 from __future__ import annotations
 
@@ -6,56 +7,44 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
-from starlette.requests import Request
+import orjson
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from hybridllm.entrypoints.openai.errors import ApiError, bad, too_large
-from hybridllm.entrypoints.openai.jsonfmt import dumps
-from hybridllm.entrypoints.openai.serde_json_compat import TypeErr, parse, path_str
-from hybridllm.entrypoints.openai.state import AppState
+from hybridllm.entrypoints.openai.errors import ApiError
 
 logger = logging.getLogger("hybridllm.frontend")
 DONE = b"data: [DONE]\n\n"
 
 
-def get_state(request: Request) -> AppState:
-    return request.app.state.hybridllm
-
-
-async def read_json(request: Request, schema: list[tuple[str, Any, bool]],
-                    struct_name: str) -> dict[str, Any]:
-    limit = get_state(request).options.max_request_body_bytes
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise too_large(limit)
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise too_large(limit)
-        chunks.append(chunk)
-    try:
-        return parse(b"".join(chunks), schema, struct_name)
-    except ValueError as e:
-        raise bad(str(e)) from None
-    except TypeErr as e:
-        path = path_str(e.path)
-        if path == ".":
-            raise bad(f"Invalid request: {e.msg}") from None
-        raise bad(f"Invalid request: {path}: {e.msg}", path) from None
-
-
 def frame(v: Any) -> bytes:
-    return f"data: {dumps(v)}\n\n".encode()
+    return b"data: " + orjson.dumps(v) + b"\n\n"
+
+
+@dataclass
+class ChunkHead:
+    """What every streamed chunk of one response repeats."""
+
+    id: str
+    object: str
+    created: int
+    model: str
+    include_usage: bool  # then every chunk carries `usage`: null but on the last
+
+    def chunk(self, choices: list[Any], usage: Any = None) -> dict[str, Any]:
+        c = {"id": self.id, "object": self.object, "created": self.created,
+             "model": self.model, "choices": choices}
+        if self.include_usage:
+            c["usage"] = usage
+        return c
 
 
 class SSEResponse(Response):
-    """`data: <json>\\n\\n` per chunk, an error chunk if generation fails mid-stream, then
-    `data: [DONE]\\n\\n`. A client that goes away cancels the generator (and so the engine
-    call) at once, not at the next write."""
+    """A client that goes away cancels the chunk generator (and so the engine call) at once,
+    not at the next write."""
 
     def __init__(self, chunks: AsyncIterator[Any]) -> None:
         super().__init__(status_code=200)
@@ -93,5 +82,3 @@ class SSEResponse(Response):
     async def _watch(self, receive: Receive) -> None:
         while (await receive())["type"] != "http.disconnect":
             pass
-
-
