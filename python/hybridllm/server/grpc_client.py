@@ -13,10 +13,8 @@ import grpc
 
 from hybridllm.proto import engine_pb2 as pb
 from hybridllm.proto import engine_pb2_grpc as pb_grpc
-from hybridllm.sampling_params import SamplingParams
 from hybridllm.server.engine_mux import EngineCallError, EngineMux, OnEnd, OnResponse
 from hybridllm.server.grpc_server import GRPC_OPTIONS
-from hybridllm.server.proto_convert import sampling_params_to_proto
 
 
 class GrpcGenerateStream:
@@ -71,21 +69,6 @@ class EngineGrpcClient:
         self.stub = pb_grpc.EngineStub(self.channel)
         # Generate requests, all on one GenerateStream call (opened on first use).
         self.mux = EngineMux(partial(GrpcGenerateStream, self.stub))
-
-    async def generate(
-        self, prompt_token_ids: list[int], params: SamplingParams, request_id: str
-    ) -> AsyncIterator[pb.GenerateResponse]:
-        request = pb.GenerateRequest(
-            request_id=request_id,
-            prompt_token_ids=prompt_token_ids,
-            sampling_params=sampling_params_to_proto(params),
-        )
-        call = self.stub.Generate(request)
-        try:
-            async for response in call:
-                yield response
-        finally:
-            call.cancel()  # no-op when the stream already ended; aborts it otherwise
 
     async def abort(self, request_ids: list[str]) -> None:
         await self.stub.Abort(pb.AbortRequest(request_ids=request_ids))
