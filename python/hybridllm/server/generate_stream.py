@@ -88,7 +88,7 @@ class GenerateStreamCall:
             params = sampling_params_from_proto(req.sampling_params)
             builder = ResponseBuilder(rid, params)
             self.active[rid] = builder
-            self.engine.add_request_to(rid, list(req.prompt_token_ids), params, self)
+            self.engine.add_request(rid, list(req.prompt_token_ids), params, self)
         except ValueError as e:
             self.active.pop(rid, None)
             self._push(rejected(rid, grpc.StatusCode.INVALID_ARGUMENT, str(e)))
