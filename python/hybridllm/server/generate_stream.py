@@ -22,13 +22,11 @@ import grpc
 from hybridllm.engine.async_llm_engine import AsyncLLMEngine, EngineDeadError, StepItem
 from hybridllm.outputs import RequestOutput
 from hybridllm.proto import engine_pb2 as pb
+from hybridllm.server.engine_mux import OnEnd, OnResponse
 from hybridllm.server.proto_convert import sampling_params_from_proto
 from hybridllm.server.responses import ResponseBuilder, rejected
 
 logger = logging.getLogger("hybridllm.worker")
-
-
-OnResponse = Callable[[pb.GenerateStreamResponse], None]
 
 
 class GenerateStreamCall:
@@ -46,7 +44,7 @@ class GenerateStreamCall:
 
     @classmethod
     def in_process(cls, engine: AsyncLLMEngine, on_response: OnResponse,
-                   on_end: Callable[..., None]) -> GenerateStreamCall:
+                   on_end: OnEnd) -> GenerateStreamCall:
         """An EngineMux's call with no gRPC in between (engine_mux.OpenStream); it never ends,
         so on_end is never called."""
         return cls(engine, on_response=on_response)
