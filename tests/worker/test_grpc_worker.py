@@ -1,24 +1,37 @@
-"""The engine worker over gRPC: streamed token ids, concurrency, cancel, bad input, faults."""
+"""The engine worker over gRPC: streamed token ids, concurrency, cancel, bad input, faults.
+
+Requests go as the frontends send them: all on one GenerateStream call, through EngineMux.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import signal
+from collections.abc import AsyncIterator
 
-import grpc
 import pytest
 
 from hybridllm import LLM, SamplingParams
 from hybridllm.proto import engine_pb2 as pb
+from hybridllm.server.engine_mux import EngineCallError
 from hybridllm.server.grpc_client import EngineGrpcClient
+from hybridllm.server.proto_convert import sampling_params_to_proto
 from tests.worker.conftest import start_worker, stop
 
 PROMPT_IDS = [504, 3575, 282, 4649, 314]  # "The capital of France is"
 
 
+def generate(client: EngineGrpcClient, ids: list[int], params: SamplingParams | pb.SamplingParams,
+             rid: str) -> AsyncIterator[pb.GenerateResponse]:
+    sp = params if isinstance(params, pb.SamplingParams) else sampling_params_to_proto(params)
+    return client.mux.generate(
+        pb.GenerateRequest(request_id=rid, prompt_token_ids=ids, sampling_params=sp))
+
+
 async def collect(client: EngineGrpcClient, ids: list[int], params: SamplingParams, rid: str):
-    messages = [m async for m in client.generate(ids, params, rid)]
+    messages = [m async for m in generate(client, ids, params, rid)]
     tokens: dict[int, list[int]] = {}
     finish: dict[int, int] = {}
     for m in messages:
@@ -70,10 +83,12 @@ async def test_32_concurrent_streams_and_cancel_one(worker: str) -> None:
 
     async def cancel_midway() -> int:
         n = 0
-        async for m in client.generate(PROMPT_IDS, long_params, "victim"):
-            n += sum(len(s.token_ids) for s in m.sequences)
-            if n >= 5:
-                break  # leaving the stream cancels the call
+        stream = generate(client, PROMPT_IDS, long_params, "victim")
+        async with contextlib.aclosing(stream):
+            async for m in stream:
+                n += sum(len(s.token_ids) for s in m.sequences)
+                if n >= 5:
+                    break  # closing the stream aborts the request
         cancelled.set()
         return n
 
@@ -106,14 +121,11 @@ async def test_32_concurrent_streams_and_cancel_one(worker: str) -> None:
 )
 async def test_bad_requests_invalid_argument(worker: str, ids, sampling, field) -> None:
     client = EngineGrpcClient(worker)
-    call = client.stub.Generate(
-        pb.GenerateRequest(request_id="bad", prompt_token_ids=ids, sampling_params=sampling)
-    )
-    with pytest.raises(grpc.aio.AioRpcError) as err:
-        async for _ in call:
-            pass
-    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert field in err.value.details()
+    stream = generate(client, ids, sampling, "bad")
+    with pytest.raises(EngineCallError) as err:
+        await stream.__anext__()  # refused at once: the first message is the refusal
+    assert err.value.code == "INVALID_ARGUMENT"
+    assert field in err.value.message
     _, tokens, _ = await collect(client, PROMPT_IDS, SamplingParams(temperature=0, max_tokens=3),
                                  "after-bad")
     assert len(tokens[0]) == 3
@@ -127,10 +139,8 @@ async def test_unset_fields_are_engine_defaults(worker: str) -> None:
     default = pb.SamplingParams(max_tokens=12, ignore_eos=True, seed=5)
     outs = []
     for rid, sp in (("g", greedy), ("d", default)):
-        call = client.stub.Generate(
-            pb.GenerateRequest(request_id=rid, prompt_token_ids=PROMPT_IDS, sampling_params=sp)
-        )
-        outs.append([t async for m in call for s in m.sequences for t in s.token_ids])
+        stream = generate(client, PROMPT_IDS, sp, rid)
+        outs.append([t async for m in stream for s in m.sequences for t in s.token_ids])
     assert outs[0] != outs[1]
     info = await client.model_info()
     assert info.max_model_len == 2048 and info.vocab_size == 49152
@@ -143,8 +153,8 @@ async def test_engine_fault_turns_unhealthy_and_exits_nonzero(model_path) -> Non
     proc, address = start_worker(model_path, {"HYBRIDLLM_TEST_FAIL_AT_STEP": "3"})
     try:
         client = EngineGrpcClient(address)
-        msgs = [m async for m in client.generate(
-            PROMPT_IDS, SamplingParams(temperature=0, max_tokens=50), "doomed")]
+        msgs = [m async for m in generate(
+            client, PROMPT_IDS, SamplingParams(temperature=0, max_tokens=50), "doomed")]
         last = msgs[-1]
         assert last.sequences[0].finish_reason == pb.FINISH_REASON_ERROR
         assert "injected fault" in last.error
@@ -160,7 +170,7 @@ async def test_sigterm_lets_inflight_finish(model_path) -> None:
     try:
         client = EngineGrpcClient(address)
         params = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)
-        stream = client.generate(PROMPT_IDS, params, "inflight")
+        stream = generate(client, PROMPT_IDS, params, "inflight")
         first = await stream.__anext__()
         proc.send_signal(signal.SIGTERM)
         rest = [m async for m in stream]

@@ -1,15 +1,15 @@
-"""AsyncLLMEngine: LLMEngine.step() back to back on an engine thread, outputs delivered to
-each request's sink on the event loop, or to a StepConsumer on the engine thread.
+"""AsyncLLMEngine: LLMEngine.step() back to back on an engine thread, each step's outputs
+handed to the StepConsumer of each of its requests, on the engine thread.
 
 The engine thread owns the scheduler: adds and aborts reach it through a queue and are applied
 between steps, in the order they were made. Steps run one after another without waiting for
-the event loop (torch releases the GIL while it computes), and each step's outputs are handed
-to the event loop in one call, so serving traffic and stepping overlap.
+the event loop (torch releases the GIL while it computes), and what each step's consumers
+leave for the event loop is handed to it in one call, so serving traffic and stepping overlap.
 
-A StepConsumer (the gRPC worker's GenerateStream call) turns a step's outputs into its own
-message right there on the engine thread and hands the event loop only bytes: the loop then
-holds the GIL for microseconds per step, instead of keeping the engine thread waiting for it
-when its forward pass ends.
+A consumer (the worker's GenerateStream call; RequestTracker for an async iterator per
+request) turns a step's outputs into its own message right there on the engine thread and
+leaves the event loop only a small callable: the loop then holds the GIL for microseconds per
+step, instead of keeping the engine thread waiting for it when its forward pass ends.
 
 A step's outputs are handed on while the next step's forward pass is in flight (before it,
 where the forward pass runs on this thread's CPU), and all the event loop is to do with them
@@ -23,8 +23,7 @@ import asyncio
 import os
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Callable
-from functools import partial
+from collections.abc import Callable
 from typing import Protocol
 
 from hybridllm.config import EngineArgs
@@ -36,7 +35,6 @@ from hybridllm.sequence import Request
 # Test hook: make the engine loop fail at this step, to exercise the dead-engine path.
 _FAIL_AT_STEP = int(os.environ.get("HYBRIDLLM_TEST_FAIL_AT_STEP", "0"))
 
-OutputSink = Callable[["RequestOutput | BaseException"], None]
 # One request's output of a step, or the exception that ended it.
 StepItem = tuple[str, "RequestOutput | BaseException"]
 
@@ -59,7 +57,6 @@ class EngineDeadError(RuntimeError):
 class AsyncLLMEngine:
     def __init__(self, engine: LLMEngine) -> None:
         self.engine = engine
-        self._sinks: dict[str, OutputSink] = {}  # event-loop side only
         self._consumers: dict[str, StepConsumer] = {}  # engine-thread side only
         self._outbox: list[Callable[[], None]] = []  # engine thread -> event loop, batched
         self._unsent: list[Request] = []  # touched by the last step, reported during the next
@@ -83,26 +80,14 @@ class AsyncLLMEngine:
             self._thread.start()
 
     def add_request(
-        self, request_id: str, prompt: str | list[int], params: SamplingParams, sink: OutputSink
-    ) -> None:
-        """Queue a request; `sink` then gets, on the event loop, each of its outputs as a step
-        produces them, or one exception (EngineDeadError, ValueError) that ends it. Nothing
-        follows a finished output or an exception. Raises at once for a prompt the engine can
-        never take or a duplicate id."""
-        if request_id in self._sinks:
-            raise ValueError(f"request id {request_id!r} is already in use.")
-        self._check_add(prompt)
-        self._sinks[request_id] = sink
-        self._ops.append(("add", request_id, prompt, params, None))
-        self._wakeup.set()
-
-    def add_request_to(
         self, request_id: str, prompt: str | list[int], params: SamplingParams,
         consumer: StepConsumer,
     ) -> None:
         """Queue a request whose outputs go to `consumer` on the engine thread, together with
-        the other outputs of the same step that are its. A refusal the engine makes later (a
-        duplicate id) reaches it as a ValueError item."""
+        the other outputs of the same step that are its; nothing follows a finished output or
+        an exception. Raises at once for a prompt the engine can never take (ValueError) or a
+        dead engine (EngineDeadError); a refusal the engine makes later (a duplicate id)
+        reaches the consumer as a ValueError item."""
         self._check_add(prompt)
         self._ops.append(("add", request_id, prompt, params, consumer))
         self._wakeup.set()
@@ -114,31 +99,9 @@ class AsyncLLMEngine:
             self.engine.validate_prompt(prompt)  # fail fast, in the caller's context
         self.start()
 
-    async def generate(
-        self, prompt: str | list[int], params: SamplingParams, request_id: str
-    ) -> AsyncIterator[RequestOutput]:
-        """Stream the request's outputs as tokens arrive; leaving early aborts the request."""
-        queue: asyncio.Queue[RequestOutput | BaseException] = asyncio.Queue()
-        self.add_request(request_id, prompt, params, queue.put_nowait)
-        finished = False
-        try:
-            while True:
-                item = await queue.get()
-                if isinstance(item, BaseException):
-                    finished = True
-                    raise item
-                finished = item.finished
-                yield item
-                if finished:
-                    return
-        finally:
-            if not finished:
-                self.abort(request_id)
-
     def abort(self, request_id: str) -> None:
-        """Abort at the next step boundary; its KV blocks are freed then. Its sink gets no more
-        outputs."""
-        self._sinks.pop(request_id, None)
+        """Abort at the next step boundary; its KV blocks are freed then, and its consumer gets
+        no more outputs (but may still get the step's in flight, handed over before it)."""
         self._ops.append(("abort", request_id, None, None, None))
         self._wakeup.set()
 
@@ -152,17 +115,14 @@ class AsyncLLMEngine:
                 self._consumers.pop(request_id, None)
                 self.engine.abort_request([request_id])
                 continue
-            assert prompt is not None and params is not None
+            assert prompt is not None and params is not None and consumer is not None
             try:
                 self.engine.add_request(request_id, prompt, params)
             except ValueError as e:
-                if consumer is None:
-                    self._outbox.append(partial(self._reject, request_id, e))
-                elif (then := consumer.on_step([(request_id, e)])) is not None:
+                if (then := consumer.on_step([(request_id, e)])) is not None:
                     self._outbox.append(then)
                 continue
-            if consumer is not None:
-                self._consumers[request_id] = consumer
+            self._consumers[request_id] = consumer
 
     def _run(self) -> None:
         try:
@@ -195,24 +155,21 @@ class AsyncLLMEngine:
             self._call_on_loop(_run_all, batch)
 
     def _dispatch(self, outputs: list[RequestOutput]) -> None:
-        """Consumers' outputs to them, here and now; the rest queued for the event loop."""
+        """Each consumer's outputs to it, here and now, in one batch per consumer."""
         consumers = self._consumers
         batches: dict[StepConsumer, list[StepItem]] = {}
-        rest = []
         for out in outputs:
             rid = out.request_id
             consumer = consumers.pop(rid, None) if out.finished else consumers.get(rid)
             if consumer is None:
-                rest.append(out)
-            elif (batch := batches.get(consumer)) is None:
+                continue  # aborted: its consumer has let it go
+            if (batch := batches.get(consumer)) is None:
                 batches[consumer] = [(rid, out)]
             else:
                 batch.append((rid, out))
         for consumer, batch in batches.items():
             if (then := consumer.on_step(batch)) is not None:
                 self._outbox.append(then)
-        if rest:
-            self._outbox.append(partial(self._deliver, rest))
 
     def _call_on_loop(self, fn: Callable[..., None], *args: object) -> None:
         assert self._loop is not None
@@ -223,31 +180,15 @@ class AsyncLLMEngine:
 
     # -- event loop ------------------------------------------------------------------------
 
-    def _deliver(self, outputs: list[RequestOutput]) -> None:
-        sinks = self._sinks
-        for out in outputs:
-            rid = out.request_id
-            sink = sinks.pop(rid, None) if out.finished else sinks.get(rid)
-            if sink is not None:
-                sink(out)
-
-    def _reject(self, request_id: str, error: ValueError) -> None:
-        sink = self._sinks.pop(request_id, None)
-        if sink is not None:
-            sink(error)
-
     def _die(self, error: BaseException) -> None:
         self.error = error
         dead = EngineDeadError(f"engine loop has died: {error!r}")
-        sinks, self._sinks = self._sinks, {}
-        for sink in sinks.values():
-            sink(dead)
         # The engine thread has ended: what it owned is the loop's now.
         batches: dict[StepConsumer, list[StepItem]] = {}
         for rid, consumer in self._consumers.items():
             batches.setdefault(consumer, []).append((rid, dead))
-        for kind, rid, _, _, consumer in self._ops:
-            if kind == "add" and consumer is not None:
+        for _, rid, _, _, consumer in self._ops:
+            if consumer is not None:  # an add
                 batches.setdefault(consumer, []).append((rid, dead))
         self._consumers.clear()
         self._ops.clear()

@@ -1,33 +1,29 @@
-"""How a frontend talks to the engine: the worker contract's facts, in-process or over gRPC.
+"""How a frontend talks to the engine: the worker contract's messages, in-process or over gRPC.
 
-Both implementations speak the messages of `proto/engine.proto`, so the frontend code (and
-every number it prints) is the same whichever is used; the in-process one simply runs the
-worker's own servicer against a local AsyncLLMEngine, with no IPC.
+Both put every request on one GenerateStream call through EngineMux, like the Rust frontend,
+so the frontend code (and every number it prints) is the same on either; in-process, that call
+is the worker's own GenerateStreamCall on a local AsyncLLMEngine, with no IPC or serializing.
 """
 
 from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
-from typing import Any, NoReturn
+from functools import partial
+from typing import Any
 
 import grpc
 
 from hybridllm.proto import engine_pb2 as pb
-
-
-class EngineCallError(Exception):
-    """A failed engine call; `code` is the gRPC status code name (e.g. INVALID_ARGUMENT)."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+from hybridllm.server.engine_mux import EngineCallError, EngineMux
 
 
 class EngineClient(abc.ABC):
+    mux: EngineMux
+
     @abc.abstractmethod
     async def start(self) -> None:
         """Called once at application start-up, inside the serving event loop."""
@@ -35,11 +31,11 @@ class EngineClient(abc.ABC):
     @abc.abstractmethod
     async def close(self) -> None: ...
 
-    @abc.abstractmethod
-    def generate(
-        self, request_id: str, prompt_ids: list[int], params: pb.SamplingParams
-    ) -> AsyncIterator[pb.GenerateResponse]:
+    def generate(self, request_id: str, prompt_ids: list[int],
+                 params: pb.SamplingParams) -> AsyncIterator[pb.GenerateResponse]:
         """One message per engine step; closing the iterator early aborts the request."""
+        return self.mux.generate(pb.GenerateRequest(
+            request_id=request_id, prompt_token_ids=prompt_ids, sampling_params=params))
 
     @abc.abstractmethod
     async def abort(self, request_ids: list[str]) -> None: ...
@@ -59,19 +55,14 @@ class EngineClient(abc.ABC):
         return await self.model_info()
 
 
-class _LocalContext:
-    """Stands in for grpc.aio.ServicerContext: abort() raises what a gRPC client would see."""
-
-    async def abort(self, code: grpc.StatusCode, details: str = "") -> NoReturn:
-        raise EngineCallError(code.name, details)
-
-
 class InProcessEngineClient(EngineClient):
     def __init__(self, engine: Any, served_model_name: str) -> None:
+        from hybridllm.server.generate_stream import GenerateStreamCall
         from hybridllm.server.grpc_server import EngineServicer
 
         self.engine = engine  # AsyncLLMEngine
         self.servicer = EngineServicer(engine, served_model_name)
+        self.mux = EngineMux(partial(GenerateStreamCall.in_process, engine))
 
     @classmethod
     def from_engine_args(cls, engine_args: Any) -> InProcessEngineClient:
@@ -84,20 +75,8 @@ class InProcessEngineClient(EngineClient):
         self.engine.start()
 
     async def close(self) -> None:
+        self.mux.close()
         await self.engine.shutdown()
-
-    async def generate(
-        self, request_id: str, prompt_ids: list[int], params: pb.SamplingParams
-    ) -> AsyncIterator[pb.GenerateResponse]:
-        req = pb.GenerateRequest(
-            request_id=request_id, prompt_token_ids=prompt_ids, sampling_params=params
-        )
-        stream = self.servicer.Generate(req, _LocalContext())  # type: ignore[arg-type]
-        try:
-            async for msg in stream:
-                yield msg
-        finally:
-            await stream.aclose()  # leaves engine.generate early, which aborts the request
 
     async def abort(self, request_ids: list[str]) -> None:
         for rid in request_ids:
@@ -120,19 +99,14 @@ class GrpcEngineClient(EngineClient):
     def __init__(self, address: str, connect_timeout_s: float = 60.0) -> None:
         self.address = address
         self.connect_timeout_s = connect_timeout_s
-        self._client: Any = None
-
-    @property
-    def stub(self) -> Any:
-        if self._client is None:
-            raise RuntimeError("GrpcEngineClient.start() was not called")
-        return self._client.stub
+        self._client: Any = None  # EngineGrpcClient, made by start()
 
     async def start(self) -> None:
         from hybridllm.server.grpc_client import EngineGrpcClient
 
         if self._client is None:  # channels bind to the loop they are created in
             self._client = EngineGrpcClient(self.address)
+            self.mux = self._client.mux
 
     async def close(self) -> None:
         if self._client is not None:
@@ -150,42 +124,27 @@ class GrpcEngineClient(EngineClient):
                     raise RuntimeError(f"cannot reach the engine: {e.message} ({e.code})") from e
                 await asyncio.sleep(0.25)
 
-    async def generate(
-        self, request_id: str, prompt_ids: list[int], params: pb.SamplingParams
-    ) -> AsyncIterator[pb.GenerateResponse]:
-        req = pb.GenerateRequest(
-            request_id=request_id, prompt_token_ids=prompt_ids, sampling_params=params
-        )
-        call = self.stub.Generate(req)
+    async def _unary(self, method: str, request: Any, timeout: float) -> Any:
+        if self._client is None:
+            raise RuntimeError("GrpcEngineClient.start() was not called")
         try:
-            async for msg in call:
-                yield msg
+            return await getattr(self._client.stub, method)(request, timeout=timeout)
         except grpc.aio.AioRpcError as e:
             raise EngineCallError(e.code().name, e.details() or "") from e
-        finally:
-            call.cancel()  # no-op after the end; cancels (aborts in the worker) otherwise
 
     async def abort(self, request_ids: list[str]) -> None:
-        try:
-            await self.stub.Abort(pb.AbortRequest(request_ids=request_ids), timeout=5.0)
-        except grpc.aio.AioRpcError:
-            pass
+        with contextlib.suppress(EngineCallError):
+            await self._unary("Abort", pb.AbortRequest(request_ids=request_ids), 5.0)
 
     async def health(self) -> bool:
         try:
-            r = await self.stub.Health(pb.HealthRequest(), timeout=5.0)
-        except grpc.aio.AioRpcError:
+            r = await self._unary("Health", pb.HealthRequest(), 5.0)
+        except EngineCallError:
             return False
         return r.status == pb.HealthResponse.SERVING
 
     async def model_info(self) -> pb.ModelInfo:
-        try:
-            return await self.stub.GetModelInfo(pb.ModelInfoRequest(), timeout=5.0)
-        except grpc.aio.AioRpcError as e:
-            raise EngineCallError(e.code().name, e.details() or "") from e
+        return await self._unary("GetModelInfo", pb.ModelInfoRequest(), 5.0)
 
     async def load(self) -> pb.LoadResponse:
-        try:
-            return await self.stub.GetLoad(pb.LoadRequest(), timeout=2.0)
-        except grpc.aio.AioRpcError as e:
-            raise EngineCallError(e.code().name, e.details() or "") from e
+        return await self._unary("GetLoad", pb.LoadRequest(), 2.0)

@@ -5,6 +5,9 @@ message (during the next step's forward pass), and the event loop only writes th
 slow reader gets several steps in one message (serialized protobuf messages concatenate into
 their merge), still one response per request per step, so the frontend sees the same deltas
 either way.
+
+Driven in the frontend's own process (the Python frontend's in-process engine, through
+EngineMux), the call hands each step's message over as it is, unserialized, to on_response.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import grpc
 from hybridllm.engine.async_llm_engine import AsyncLLMEngine, EngineDeadError, StepItem
 from hybridllm.outputs import RequestOutput
 from hybridllm.proto import engine_pb2 as pb
+from hybridllm.server.engine_mux import OnEnd, OnResponse
 from hybridllm.server.proto_convert import sampling_params_from_proto
 from hybridllm.server.responses import ResponseBuilder, rejected
 
@@ -26,27 +30,48 @@ logger = logging.getLogger("hybridllm.worker")
 
 
 class GenerateStreamCall:
-    def __init__(self, engine: AsyncLLMEngine, draining: bool) -> None:
+    def __init__(self, engine: AsyncLLMEngine, draining: bool = False,
+                 on_response: OnResponse | None = None) -> None:
         self.engine = engine
         self.draining = draining  # refuse new requests; end the call once the last finishes
+        # In-process: each message goes to on_response, on the event loop; else responses().
+        self.on_response = on_response
         # Running requests; written on the event loop, read by the engine thread.
         self.active: dict[str, ResponseBuilder] = {}
         self._pending: list[bytes] = []  # serialized GenerateStreamResponses
         self._ready = asyncio.Event()
         self._reader_done = False
 
+    @classmethod
+    def in_process(cls, engine: AsyncLLMEngine, on_response: OnResponse,
+                   on_end: OnEnd) -> GenerateStreamCall:
+        """An EngineMux's call with no gRPC in between (engine_mux.OpenStream); it never ends,
+        so on_end is never called."""
+        return cls(engine, on_response=on_response)
+
     def drain(self) -> None:
         self.draining = True
         self._ready.set()
 
     def _push(self, resp: pb.GenerateResponse) -> None:
-        self._push_bytes(pb.GenerateStreamResponse(responses=[resp]).SerializeToString(), ())
+        """A response made on the event loop (a refusal): out now, in a message of its own."""
+        msg = pb.GenerateStreamResponse(responses=[resp])
+        if self.on_response is not None:
+            self.on_response(msg)
+        else:
+            self._push_bytes(msg.SerializeToString(), ())
 
-    def _push_bytes(self, data: bytes, finished: tuple[str, ...] | list[str]) -> None:
+    def _push_bytes(self, data: bytes, finished: list[str] | tuple[str, ...]) -> None:
         for rid in finished:
             self.active.pop(rid, None)
         self._pending.append(data)
         self._ready.set()
+
+    def _push_message(self, msg: pb.GenerateStreamResponse, finished: list[str]) -> None:
+        for rid in finished:
+            self.active.pop(rid, None)
+        assert self.on_response is not None
+        self.on_response(msg)
 
     def submit(self, req: pb.GenerateRequest) -> None:
         rid = req.request_id
@@ -61,7 +86,7 @@ class GenerateStreamCall:
             params = sampling_params_from_proto(req.sampling_params)
             builder = ResponseBuilder(rid, params)
             self.active[rid] = builder
-            self.engine.add_request_to(rid, list(req.prompt_token_ids), params, self)
+            self.engine.add_request(rid, list(req.prompt_token_ids), params, self)
         except ValueError as e:
             self.active.pop(rid, None)
             self._push(rejected(rid, grpc.StatusCode.INVALID_ARGUMENT, str(e)))
@@ -70,7 +95,8 @@ class GenerateStreamCall:
             self._push(builder.error(str(e)))
 
     def on_step(self, items: list[StepItem]) -> Callable[[], None] | None:
-        """Engine thread: this step's responses, serialized, for the event loop to send."""
+        """Engine thread: this step's responses, serialized (in-process: as the message), for
+        the event loop to send."""
         msg = pb.GenerateStreamResponse()
         finished = []
         active = self.active
@@ -95,6 +121,8 @@ class GenerateStreamCall:
                 finished.append(rid)
         if not msg.responses:
             return None
+        if self.on_response is not None:
+            return partial(self._push_message, msg, finished)
         return partial(self._push_bytes, msg.SerializeToString(), finished)
 
     def _fill(self, msg: pb.GenerateStreamResponse, builder: ResponseBuilder,

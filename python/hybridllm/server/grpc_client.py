@@ -2,39 +2,73 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import threading
 import time
 from collections.abc import AsyncIterator
+from functools import partial
 
 import grpc
 
 from hybridllm.proto import engine_pb2 as pb
 from hybridllm.proto import engine_pb2_grpc as pb_grpc
-from hybridllm.sampling_params import SamplingParams
+from hybridllm.server.engine_mux import EngineCallError, EngineMux, OnEnd, OnResponse
 from hybridllm.server.grpc_server import GRPC_OPTIONS
-from hybridllm.server.proto_convert import sampling_params_to_proto
+
+
+class GrpcGenerateStream:
+    """One GenerateStream call to a worker, as EngineMux drives it (engine_mux.GenerateStream).
+    What is queued by the time gRPC asks for the next request message goes out in it."""
+
+    def __init__(self, stub: pb_grpc.EngineStub, on_response: OnResponse,
+                 on_end: OnEnd) -> None:
+        self._outbox: asyncio.Queue[pb.GenerateRequest | str | None] = asyncio.Queue()
+        self._call = stub.GenerateStream(self._requests())
+        self._reader = asyncio.ensure_future(self._read(on_response, on_end))
+
+    def submit(self, req: pb.GenerateRequest) -> None:
+        self._outbox.put_nowait(req)
+
+    def abort(self, request_id: str) -> None:
+        self._outbox.put_nowait(request_id)
+
+    def close(self) -> None:
+        self._call.cancel()  # the worker aborts what still runs on the call
+
+    async def _requests(self) -> AsyncIterator[pb.GenerateStreamRequest]:
+        outbox = self._outbox
+        while True:
+            items = [await outbox.get()]
+            while not outbox.empty():
+                items.append(outbox.get_nowait())
+            msg = pb.GenerateStreamRequest()
+            for item in items:
+                if item is None:
+                    return  # the call has ended
+                if isinstance(item, str):
+                    msg.abort.append(item)
+                else:
+                    msg.generate.append(item)
+            yield msg
+
+    async def _read(self, on_response: OnResponse, on_end: OnEnd) -> None:
+        try:
+            async for batch in self._call:
+                on_response(batch)
+            error = EngineCallError("UNAVAILABLE", "the engine ended the generate stream")
+        except grpc.aio.AioRpcError as e:
+            error = EngineCallError(e.code().name, e.details() or "")
+        self._outbox.put_nowait(None)  # ends the request writer, waiting for more otherwise
+        on_end(error)
 
 
 class EngineGrpcClient:
     def __init__(self, address: str) -> None:
         self.channel = grpc.aio.insecure_channel(address, options=GRPC_OPTIONS)
         self.stub = pb_grpc.EngineStub(self.channel)
-
-    async def generate(
-        self, prompt_token_ids: list[int], params: SamplingParams, request_id: str
-    ) -> AsyncIterator[pb.GenerateResponse]:
-        request = pb.GenerateRequest(
-            request_id=request_id,
-            prompt_token_ids=prompt_token_ids,
-            sampling_params=sampling_params_to_proto(params),
-        )
-        call = self.stub.Generate(request)
-        try:
-            async for response in call:
-                yield response
-        finally:
-            call.cancel()  # no-op when the stream already ended; aborts it otherwise
+        # Generate requests, all on one GenerateStream call (opened on first use).
+        self.mux = EngineMux(partial(GrpcGenerateStream, self.stub))
 
     async def abort(self, request_ids: list[str]) -> None:
         await self.stub.Abort(pb.AbortRequest(request_ids=request_ids))
@@ -53,6 +87,7 @@ class EngineGrpcClient:
         return await self.stub.GetLoad(pb.LoadRequest())
 
     async def close(self) -> None:
+        self.mux.close()
         await self.channel.close()
 
 

@@ -11,12 +11,10 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from hybridllm.engine.async_llm_engine import AsyncLLMEngine, EngineDeadError
+from hybridllm.engine.async_llm_engine import AsyncLLMEngine
 from hybridllm.proto import engine_pb2 as pb
 from hybridllm.proto import engine_pb2_grpc as pb_grpc
 from hybridllm.server.generate_stream import GenerateStreamCall
-from hybridllm.server.proto_convert import sampling_params_from_proto
-from hybridllm.server.responses import ResponseBuilder
 
 logger = logging.getLogger("hybridllm.worker")
 
@@ -35,25 +33,7 @@ class EngineServicer(pb_grpc.EngineServicer):
         self.calls: set[GenerateStreamCall] = set()
         self.draining = False
 
-    async def Generate(  # noqa: N802 - gRPC method names are the proto's
-        self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[pb.GenerateResponse]:
-        rid = request.request_id
-        try:
-            params = sampling_params_from_proto(request.sampling_params)
-        except ValueError as e:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
-        ids = list(request.prompt_token_ids)  # validated by the engine as the stream starts
-        builder = ResponseBuilder(rid, params)
-        try:
-            async for out in self.engine.generate(ids, params, rid):
-                yield builder.response(out)
-        except ValueError as e:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
-        except EngineDeadError as e:
-            yield builder.error(str(e))
-
-    async def GenerateStream(  # noqa: N802
+    async def GenerateStream(  # noqa: N802 - gRPC method names are the proto's
         self,
         requests: AsyncIterator[pb.GenerateStreamRequest],
         context: grpc.aio.ServicerContext,
