@@ -2,12 +2,14 @@
 mod auth;
 mod cli;
 mod config;
+mod engine;
 mod engine_client;
 mod engine_mux;
 mod errors;
 mod metrics;
 mod openai;
 mod server;
+mod state;
 mod text;
 mod validation;
 

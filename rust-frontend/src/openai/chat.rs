@@ -4,7 +4,7 @@ use super::logprobs::{chat_content, prompt_logprobs};
 use super::sse::{sse_response, ChunkHead};
 use super::{check_model, new_id, now, JsonBody, StreamOptions};
 use crate::errors::ApiError;
-use crate::server::AppState;
+use crate::state::AppState;
 use crate::text::chat_template::{ChatTemplate, RenderInput};
 use crate::validation::{fit_max_tokens, SamplingRequest};
 use axum::extract::State;

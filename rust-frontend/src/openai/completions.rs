@@ -5,7 +5,7 @@ use super::logprobs::{prompt_logprobs, CompletionLogprobs};
 use super::sse::{sse_response, ChunkHead};
 use super::{check_model, new_id, now, JsonBody, StreamOptions};
 use crate::errors::ApiError;
-use crate::server::AppState;
+use crate::state::AppState;
 use crate::text::tokenizer::DecodeOpts;
 use crate::validation::{fit_max_tokens, SamplingRequest};
 use axum::extract::State;

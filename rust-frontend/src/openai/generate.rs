@@ -1,15 +1,15 @@
-//! One HTTP request = one engine request on the shared GenerateStream call (engine_mux).
+//! One HTTP request = one engine request (on the shared GenerateStream call: engine_mux).
 //! This turns the worker's token deltas into text deltas per sequence (incremental
 //! detokenization, stop strings, finish reasons) and keeps the engine request alive exactly as
 //! long as the consumer: dropping the returned stream (client gone, response body dropped)
-//! drops the RequestStream, which aborts the request in the worker.
+//! drops the engine's response stream, which aborts the request in the worker.
 use crate::engine_client::pb::{self, FinishReason};
 use crate::errors::ApiError;
-use crate::server::AppState;
+use crate::state::AppState;
 use crate::text::detokenizer::IncrementalDetokenizer;
 use crate::text::stop::{StopChecker, StopOutcome};
 use crate::validation::GenParams;
-use futures_util::Stream;
+use futures_util::{Stream, StreamExt};
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Instant;
@@ -210,15 +210,15 @@ pub async fn generate(
         prompt_token_ids: req.prompt_ids.clone(),
         sampling_params: Some(sampling),
     };
-    let mut stream = state.mux.submit(grpc_req);
-    let first = match stream.message().await {
-        Ok(Some(m)) => m,
-        Ok(None) => {
+    let mut stream = state.engine.generate(grpc_req);
+    let first = match stream.next().await {
+        Some(Ok(m)) => m,
+        None => {
             return Err(ApiError::Internal(
                 "the engine closed the stream without output".into(),
             ))
         }
-        Err(s) => return Err(ApiError::from_status(s)),
+        Some(Err(s)) => return Err(ApiError::from_status(s)),
     };
     let p = &req.params;
     let seqs = (0..p.n)
@@ -246,10 +246,10 @@ pub async fn generate(
             if proc.all_finished() {
                 break;
             }
-            match stream.message().await {
-                Ok(Some(m)) => msg = m,
-                Ok(None) => { yield Err(ApiError::Internal("the engine stream ended early".into())); break; }
-                Err(s) => { yield Err(ApiError::from_status(s)); break; }
+            match stream.next().await {
+                Some(Ok(m)) => msg = m,
+                None => { yield Err(ApiError::Internal("the engine stream ended early".into())); break; }
+                Some(Err(s)) => { yield Err(ApiError::from_status(s)); break; }
             }
         }
         // Dropping `stream` (here, or mid-await when the client goes away) aborts the request
@@ -263,7 +263,6 @@ pub async fn generate_many(
     state: Arc<AppState>,
     reqs: Vec<GenRequest>,
 ) -> Result<impl Stream<Item = Result<(usize, GenEvent), ApiError>>, ApiError> {
-    use futures_util::StreamExt;
     let starts = reqs.into_iter().map(|r| generate(state.clone(), r));
     let streams = futures_util::future::try_join_all(starts).await?;
     Ok(futures_util::stream::select_all(

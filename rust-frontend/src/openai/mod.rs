@@ -7,7 +7,7 @@ pub mod models;
 pub mod sse;
 
 use crate::errors::ApiError;
-use crate::server::AppState;
+use crate::state::AppState;
 use axum::extract::{FromRequest, Request};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
