@@ -135,7 +135,7 @@ pub async fn build_state(args: &ServeArgs) -> anyhow::Result<Arc<AppState>> {
         max_model_len,
         vocab_size,
         metrics: Metrics::new(),
-        created: openai::now(),
+        created: openai::response::now(),
     }))
 }
 

@@ -1,9 +1,10 @@
 //! POST /v1/completions: a string, a list of strings, a token id list or a list of them.
-use super::chat::usage_json;
-use super::generate::{generate_many, tokenize, Finish, GenEvent, GenRequest};
+use super::generate::{generate_many, Finish, GenEvent, GenRequest};
 use super::logprobs::{prompt_logprobs, CompletionLogprobs};
+use super::prompt::tokenize;
+use super::request::{check_model, JsonBody, StreamOptions};
+use super::response::{new_id, now, usage_json};
 use super::sse::{sse_response, ChunkHead};
-use super::{check_model, new_id, now, JsonBody, StreamOptions};
 use crate::errors::ApiError;
 use crate::state::AppState;
 use crate::text::tokenizer::DecodeOpts;

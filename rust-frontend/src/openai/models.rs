@@ -1,7 +1,7 @@
 //! GET /v1/models, /health, /version, /metrics and POST /tokenize, /detokenize.
-use super::chat::{render_prompt, TemplateArgs};
-use super::generate::tokenize as encode;
-use super::{check_model, new_id, JsonBody};
+use super::prompt::{render_prompt, tokenize as encode, TemplateArgs};
+use super::request::{check_model, JsonBody};
+use super::response::new_id;
 use crate::engine_client::pb;
 use crate::errors::ApiError;
 use crate::state::AppState;
