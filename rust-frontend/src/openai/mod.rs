@@ -1,8 +1,9 @@
 //! OpenAI-compatible endpoints (with vLLM's extensions).
 //!
 //! The handlers (`chat`, `completions`, `models`) never import each other: what they share
-//! lives in the modules below them (`request`, `prompt`, `generate`, `response`,
-//! `logprobs`, `sse`). This module only declares them.
+//! lives in the modules below them (`request`, `prompt`, `generate`, `text_deltas`,
+//! `aggregate`, `response`, `logprobs`, `sse`). This module only declares them.
+pub mod aggregate;
 pub mod chat;
 pub mod completions;
 pub mod generate;
@@ -12,3 +13,4 @@ pub mod prompt;
 pub mod request;
 pub mod response;
 pub mod sse;
+pub mod text_deltas;
