@@ -10,6 +10,8 @@ mod metrics;
 mod openai;
 mod server;
 mod state;
+#[cfg(test)]
+mod testing;
 mod text;
 mod validation;
 

@@ -175,3 +175,6 @@ fn stream_response(
     };
     sse_response(s)
 }
+
+#[cfg(test)]
+mod tests;

@@ -265,20 +265,4 @@ fn stream_response(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn prompt_forms() {
-        assert_eq!(parse_prompts(&json!("a")).unwrap().len(), 1);
-        assert_eq!(parse_prompts(&json!(["a", "b"])).unwrap().len(), 2);
-        assert!(
-            matches!(&parse_prompts(&json!([1, 2, 3])).unwrap()[0], Prompt::Ids(v) if v == &vec![1, 2, 3])
-        );
-        assert_eq!(parse_prompts(&json!([[1], [2, 3]])).unwrap().len(), 2);
-        assert!(parse_prompts(&json!([])).is_err());
-        assert!(parse_prompts(&json!([1, "a"])).is_err());
-        assert!(parse_prompts(&json!(5)).is_err());
-        assert!(parse_prompts(&json!([-1])).is_err());
-    }
-}
+mod tests;

@@ -113,3 +113,6 @@ pub async fn generate_many(
             .map(|(i, s)| Box::pin(s.map(move |e| e.map(|e| (i, e))))),
     ))
 }
+
+#[cfg(test)]
+mod tests;

@@ -180,3 +180,6 @@ impl TextDeltas {
         Ok(events)
     }
 }
+
+#[cfg(test)]
+mod tests;
