@@ -13,6 +13,7 @@ echo "== lint"
 ruff check python tests bench
 cargo fmt --all --check
 cargo clippy --release --all-targets -- -D warnings
+python ci/check_rust_modules.py  # no module cycle in the Rust frontend
 
 echo "== rust tests"
 cargo test --release
