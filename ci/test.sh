@@ -14,6 +14,7 @@ ruff check python tests bench
 lint-imports --no-cache --no-logo
 cargo fmt --all --check
 cargo clippy --release --all-targets -- -D warnings
+python ci/check_rust_modules.py  # no module cycle in the Rust frontend
 
 echo "== rust tests"
 cargo test --release

@@ -1,7 +1,7 @@
 //! Bearer-token auth. Everything but /health, /version and CORS preflight needs a key when
 //! `api_keys` is set; keys are compared in constant time.
 use crate::errors::ApiError;
-use crate::server::AppState;
+use crate::state::AppState;
 use axum::extract::{Request, State};
 use axum::http::Method;
 use axum::middleware::Next;

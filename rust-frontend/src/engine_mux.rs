@@ -4,14 +4,19 @@
 //! shared call the worker sends one message per engine step carrying every request's delta.
 //! Requests queued while the previous message was being written go out together. The call
 //! is opened on first use and again after it ends (worker restart, drain).
+use crate::engine::{Engine, ResponseStream};
 use crate::engine_client::{pb, EngineClient};
+use futures_util::Stream;
 use std::collections::HashMap;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{ready, Context, Poll};
 use tokio::sync::mpsc;
 use tonic::{Code, Status};
 
 type Delivery = Result<pb::GenerateResponse, Status>;
 
+#[derive(Debug, PartialEq)]
 enum Outgoing {
     Generate(Box<pb::GenerateRequest>),
     Abort(String),
@@ -24,6 +29,32 @@ struct Call {
 }
 
 impl Call {
+    /// A call with no requests yet, and the receiving end of what it will send.
+    fn new() -> (Arc<Call>, mpsc::UnboundedReceiver<Outgoing>) {
+        let (outbox, inbox) = mpsc::unbounded_channel();
+        let call = Arc::new(Call {
+            outbox,
+            routes: Mutex::new(Some(HashMap::new())),
+        });
+        (call, inbox)
+    }
+
+    /// Routes the responses for `request_id` to a new stream; None once the call has ended.
+    fn route(self: &Arc<Self>, request_id: &str) -> Option<RequestStream> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.routes
+            .lock()
+            .unwrap()
+            .as_mut()?
+            .insert(request_id.to_string(), tx);
+        Some(RequestStream {
+            rx,
+            call: self.clone(),
+            request_id: request_id.to_string(),
+            finished: false,
+        })
+    }
+
     fn dispatch(&self, batch: pb::GenerateStreamResponse) {
         let mut routes = self.routes.lock().unwrap();
         let Some(routes) = routes.as_mut() else {
@@ -50,6 +81,24 @@ impl Call {
     }
 }
 
+/// The next message of the call: everything queued by the time the transport asks for it.
+/// None when the mux is gone (nothing more will be queued).
+async fn next_message(
+    inbox: &mut mpsc::UnboundedReceiver<Outgoing>,
+) -> Option<pb::GenerateStreamRequest> {
+    let mut msg = pb::GenerateStreamRequest::default();
+    let mut next = inbox.recv().await;
+    while let Some(item) = next {
+        match item {
+            Outgoing::Generate(r) => msg.generate.push(*r),
+            Outgoing::Abort(id) => msg.abort.push(id),
+        }
+        next = inbox.try_recv().ok();
+    }
+    let empty = msg.generate.is_empty() && msg.abort.is_empty();
+    (!empty).then_some(msg)
+}
+
 pub struct EngineMux {
     client: EngineClient,
     call: Mutex<Option<Arc<Call>>>,
@@ -65,26 +114,15 @@ impl EngineMux {
 
     /// Sends the request; its responses arrive on the returned stream.
     pub fn submit(&self, req: pb::GenerateRequest) -> RequestStream {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let request_id = req.request_id.clone();
-        loop {
-            let call = self.current_call();
-            {
-                let mut routes = call.routes.lock().unwrap();
-                let Some(routes) = routes.as_mut() else {
-                    continue; // it ended just now: open the next one
-                };
-                routes.insert(request_id.clone(), tx.clone());
+        let stream = loop {
+            // None: the call ended just now; the next current_call opens a new one.
+            if let Some(stream) = self.current_call().route(&req.request_id) {
+                break stream;
             }
-            // Cannot fail while routes is Some: the outbox lives until the call has ended.
-            let _ = call.outbox.send(Outgoing::Generate(Box::new(req)));
-            return RequestStream {
-                rx,
-                call,
-                request_id,
-                finished: false,
-            };
-        }
+        };
+        // Cannot fail while routes is Some: the outbox lives until the call has ended.
+        let _ = stream.call.outbox.send(Outgoing::Generate(Box::new(req)));
+        stream
     }
 
     fn current_call(&self) -> Arc<Call> {
@@ -100,24 +138,9 @@ impl EngineMux {
     }
 
     fn open(&self) -> Arc<Call> {
-        let (outbox, inbox) = mpsc::unbounded_channel();
-        let call = Arc::new(Call {
-            outbox,
-            routes: Mutex::new(Some(HashMap::new())),
-        });
-        // Everything queued by the time the transport asks for the next message goes in it.
+        let (call, inbox) = Call::new();
         let requests = futures_util::stream::unfold(inbox, |mut inbox| async move {
-            let mut msg = pb::GenerateStreamRequest::default();
-            let mut next = inbox.recv().await;
-            while let Some(item) = next {
-                match item {
-                    Outgoing::Generate(r) => msg.generate.push(*r),
-                    Outgoing::Abort(id) => msg.abort.push(id),
-                }
-                next = inbox.try_recv().ok();
-            }
-            let empty = msg.generate.is_empty() && msg.abort.is_empty();
-            (!empty).then_some((msg, inbox))
+            next_message(&mut inbox).await.map(|msg| (msg, inbox))
         });
         let mut client = self.client.clone();
         let this = call.clone();
@@ -144,6 +167,12 @@ impl EngineMux {
     }
 }
 
+impl Engine for EngineMux {
+    fn generate(&self, req: pb::GenerateRequest) -> ResponseStream {
+        Box::pin(self.submit(req))
+    }
+}
+
 /// One request's responses. Dropped before the engine finished it (client gone, stop
 /// string matched), it aborts the request in the worker.
 pub struct RequestStream {
@@ -153,24 +182,22 @@ pub struct RequestStream {
     finished: bool,
 }
 
-impl RequestStream {
-    /// The next response; Ok(None) after the last one. A refused request is an error with the
-    /// worker's status, as the per-request Generate call would have ended.
-    pub async fn message(&mut self) -> Result<Option<pb::GenerateResponse>, Status> {
+impl Stream for RequestStream {
+    type Item = Delivery;
+
+    /// Ends after the last response. A refused request is an error with the worker's status,
+    /// as the per-request Generate call would have ended.
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Delivery>> {
         if self.finished {
-            return Ok(None);
+            return Poll::Ready(None);
         }
-        let delivery = self
-            .rx
-            .recv()
-            .await
+        let delivery = ready!(self.rx.poll_recv(cx))
             .unwrap_or_else(|| Err(Status::unavailable("the engine generate stream ended")));
-        let resp = delivery.inspect_err(|_| self.finished = true)?;
-        self.finished = resp.finished;
-        match resp.rejected {
+        self.finished = delivery.as_ref().map_or(true, |resp| resp.finished);
+        Poll::Ready(Some(delivery.and_then(|resp| match resp.rejected {
             Some(e) => Err(Status::new(Code::from(e.code), e.message)),
-            None => Ok(Some(resp)),
-        }
+            None => Ok(resp),
+        })))
     }
 }
 
@@ -188,3 +215,6 @@ impl Drop for RequestStream {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -2,12 +2,16 @@
 mod auth;
 mod cli;
 mod config;
+mod engine;
 mod engine_client;
 mod engine_mux;
 mod errors;
 mod metrics;
 mod openai;
 mod server;
+mod state;
+#[cfg(test)]
+mod testing;
 mod text;
 mod validation;
 

@@ -1,12 +1,14 @@
 //! Start-up (engine handshake, tokenizer, chat template), the axum router, the listening
-//! socket (inherited fd or our own bind) and graceful shutdown.
+//! socket (inherited fd or our own bind) and graceful shutdown. Handlers depend on the state
+//! (state.rs), never on this module.
 use crate::cli::ServeArgs;
 use crate::config::ServeConfig;
-use crate::engine_client::{self, pb, EngineClient};
+use crate::engine_client;
 use crate::engine_mux::EngineMux;
 use crate::errors::ApiError;
 use crate::metrics::Metrics;
 use crate::openai;
+use crate::state::AppState;
 use crate::text::chat_template::ChatTemplate;
 use crate::text::tokenizer::Tokenizer;
 use axum::http::{HeaderName, HeaderValue, Method};
@@ -16,21 +18,6 @@ use axum::Router;
 use std::sync::Arc;
 use std::time::Duration;
 use tower_http::cors::{AllowHeaders, AllowMethods, AllowOrigin, CorsLayer};
-
-pub struct AppState {
-    pub config: ServeConfig,
-    pub engine: EngineClient,
-    /// Generate requests, all on one GenerateStream call.
-    pub mux: EngineMux,
-    pub tokenizer: Arc<Tokenizer>,
-    pub template: Option<ChatTemplate>,
-    pub model_info: pb::ModelInfo,
-    pub served_names: Vec<String>,
-    pub max_model_len: u32,
-    pub vocab_size: usize,
-    pub metrics: Metrics,
-    pub created: i64,
-}
 
 fn cors(c: &ServeConfig) -> CorsLayer {
     let any = |v: &[String]| v.iter().any(|s| s == "*");
@@ -139,8 +126,8 @@ pub async fn build_state(args: &ServeArgs) -> anyhow::Result<Arc<AppState>> {
     tracing::info!(model = %served_names[0], max_model_len, "engine ready");
     Ok(Arc::new(AppState {
         config,
-        mux: EngineMux::new(engine.clone()),
-        engine,
+        engine: Arc::new(EngineMux::new(engine.clone())),
+        engine_client: engine,
         tokenizer: Arc::new(tokenizer),
         template,
         model_info: info,
@@ -148,7 +135,7 @@ pub async fn build_state(args: &ServeArgs) -> anyhow::Result<Arc<AppState>> {
         max_model_len,
         vocab_size,
         metrics: Metrics::new(),
-        created: openai::now(),
+        created: openai::response::now(),
     }))
 }
 

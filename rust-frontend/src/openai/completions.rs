@@ -1,16 +1,19 @@
 //! POST /v1/completions: a string, a list of strings, a token id list or a list of them.
-use super::chat::usage_json;
-use super::generate::{generate_many, tokenize, Finish, GenEvent, GenRequest};
-use super::logprobs::{prompt_logprobs, CompletionLogprobs};
+use super::aggregate::collect;
+use super::generate::{generate_many, GenRequest};
+use super::logprobs::CompletionLogprobs;
+use super::prompt::tokenize;
+use super::request::{check_model, JsonBody, StreamOptions};
+use super::response::{new_id, now, Usage};
 use super::sse::{sse_response, ChunkHead};
-use super::{check_model, new_id, now, JsonBody, StreamOptions};
+use super::text_deltas::GenEvent;
 use crate::errors::ApiError;
-use crate::server::AppState;
+use crate::state::AppState;
 use crate::text::tokenizer::DecodeOpts;
 use crate::validation::{fit_max_tokens, SamplingRequest};
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use futures_util::StreamExt;
+use futures_util::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -75,14 +78,6 @@ struct TextChoice<'a> {
     stop_reason: &'a Value,
 }
 
-#[derive(Default)]
-struct Choice {
-    text: String,
-    lp: CompletionLogprobs,
-    tokens: usize,
-    finish: Option<Finish>,
-}
-
 pub async fn handle(
     State(state): State<Arc<AppState>>,
     JsonBody(req): JsonBody<CompletionRequest>,
@@ -145,148 +140,129 @@ pub async fn handle(
         });
     }
     let n = params.n as usize;
-    let num_prompts = gens.len();
     let prompt_lens: Vec<usize> = gens.iter().map(|g| g.prompt_ids.len()).collect();
-    let (created, model) = (now(), state.served_names[0].clone());
-    let top_n = params.logprobs.unwrap_or(0);
-    let want_lp = params.logprobs.is_some();
-    let mut events = Box::pin(generate_many(state.clone(), gens).await?);
-
+    let head = ChunkHead {
+        id,
+        object: "text_completion",
+        created: now(),
+        model: state.served_names[0].clone(),
+        include_usage: req.stream_options.is_some_and(|o| o.include_usage),
+    };
+    let logprobs = params.logprobs;
+    let events = generate_many(state.clone(), gens).await?;
     if req.stream.unwrap_or(false) {
-        let usage = req.stream_options.is_some_and(|o| o.include_usage);
-        let head = ChunkHead {
-            id,
-            object: "text_completion",
-            created,
-            model,
-            include_usage: usage,
+        let echoes = if echo { echoes } else { vec![] };
+        let stream = StreamSetup {
+            head,
+            n,
+            prompt_lens,
+            echoes,
+            logprobs,
         };
-        let st = state.clone();
-        let s = async_stream::stream! {
-            let mut lps: Vec<CompletionLogprobs> = (0..num_prompts * n).map(|_| CompletionLogprobs::default()).collect();
-            if echo {
-                for (p, text) in echoes.iter().enumerate() {
-                    for j in 0..n {
-                        yield Ok(head.frame(&[TextChoice { index: p * n + j, text, logprobs: &Value::Null, finish_reason: None, stop_reason: &Value::Null }]));
-                    }
-                }
-            }
-            let (mut prompt_tokens, mut cached, mut completion) = (prompt_lens.clone(), 0u32, 0usize);
-            while let Some(ev) = events.next().await {
-                match ev {
-                    Err(e) => { yield Err(e); return; }
-                    Ok((p, GenEvent::Prompt(info))) => { prompt_tokens[p] = info.prompt_tokens as usize; cached += info.cached_tokens; }
-                    Ok((p, GenEvent::Output { index, text, num_tokens, logprobs, finish })) => {
-                        completion += num_tokens;
-                        let ci = p * n + index as usize;
-                        if text.is_empty() && finish.is_none() && (logprobs.is_empty() || !want_lp) {
-                            continue;
-                        }
-                        let lp = if want_lp {
-                            let acc = &mut lps[ci];
-                            let mut delta = CompletionLogprobs { offset: acc.offset, ..Default::default() };
-                            for x in &logprobs { delta.push(&st.tokenizer, x, top_n); }
-                            acc.offset = delta.offset;
-                            delta.to_json()
-                        } else { Value::Null };
-                        let (reason, stop_reason) = match finish { Some(f) => (Some(f.reason), f.stop_reason), None => (None, Value::Null) };
-                        yield Ok(head.frame(&[TextChoice { index: ci, text: &text, logprobs: &lp, finish_reason: reason, stop_reason: &stop_reason }]));
-                    }
-                }
-            }
-            if usage {
-                let u = usage_json(prompt_tokens.iter().sum(), completion, cached);
-                yield Ok(head.usage_frame(&u));
-            }
-        };
-        return Ok(sse_response(s));
+        return Ok(stream_response(state, events, stream));
     }
-
-    let mut choices: Vec<Choice> = (0..num_prompts * n).map(|_| Choice::default()).collect();
-    for (p, text) in echoes.iter().enumerate() {
-        for j in 0..n {
-            choices[p * n + j].text.push_str(text);
-        }
-    }
-    let mut prompt_tokens = prompt_lens;
-    let mut cached = 0u32;
-    let mut prompt_lps = vec![Value::Null; num_prompts];
-    while let Some(ev) = events.next().await {
-        match ev? {
-            (p, GenEvent::Prompt(info)) => {
-                prompt_tokens[p] = info.prompt_tokens as usize;
-                cached += info.cached_tokens;
-                if !info.prompt_logprobs.is_empty() {
-                    prompt_lps[p] = prompt_logprobs(&state.tokenizer, &info.prompt_logprobs);
-                }
-            }
-            (
-                p,
-                GenEvent::Output {
-                    index,
-                    text,
-                    num_tokens,
-                    logprobs,
-                    finish,
-                },
-            ) => {
-                let c = &mut choices[p * n + index as usize];
-                c.text.push_str(&text);
-                c.tokens += num_tokens;
-                for x in &logprobs {
-                    c.lp.push(&state.tokenizer, x, top_n);
-                }
-                if finish.is_some() {
-                    c.finish = finish;
-                }
-            }
-        }
-    }
-    let completion: usize = choices.iter().map(|c| c.tokens).sum();
-    let choices: Vec<Value> = choices
+    let c = collect(events, n, prompt_lens, &state.tokenizer).await?;
+    let choices: Vec<Value> = c
+        .choices
         .into_iter()
         .enumerate()
-        .map(|(i, c)| {
-            let f = c.finish.unwrap_or(Finish {
-                reason: "abort",
-                stop_reason: Value::Null,
-            });
+        .map(|(i, choice)| {
+            let lp = match logprobs {
+                Some(top_n) => {
+                    let mut lp = CompletionLogprobs::default();
+                    for x in &choice.logprobs {
+                        lp.push(&state.tokenizer, x, top_n);
+                    }
+                    lp.to_json()
+                }
+                None => Value::Null,
+            };
             json!({
                 "index": i,
-                "text": c.text,
-                "logprobs": if want_lp { c.lp.to_json() } else { Value::Null },
-                "finish_reason": f.reason,
-                "stop_reason": f.stop_reason,
-                "prompt_logprobs": prompt_lps[i / n],
+                "text": echoes[i / n].clone() + &choice.text,
+                "logprobs": lp,
+                "finish_reason": choice.finish.reason,
+                "stop_reason": choice.finish.stop_reason,
+                "prompt_logprobs": c.prompt_logprobs[i / n],
             })
         })
         .collect();
     Ok(axum::Json(json!({
-        "id": id,
+        "id": head.id,
         "object": "text_completion",
-        "created": created,
-        "model": model,
+        "created": head.created,
+        "model": head.model,
         "choices": choices,
-        "usage": usage_json(prompt_tokens.iter().sum(), completion, cached),
+        "usage": c.usage.to_json(),
     }))
     .into_response())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn prompt_forms() {
-        assert_eq!(parse_prompts(&json!("a")).unwrap().len(), 1);
-        assert_eq!(parse_prompts(&json!(["a", "b"])).unwrap().len(), 2);
-        assert!(
-            matches!(&parse_prompts(&json!([1, 2, 3])).unwrap()[0], Prompt::Ids(v) if v == &vec![1, 2, 3])
-        );
-        assert_eq!(parse_prompts(&json!([[1], [2, 3]])).unwrap().len(), 2);
-        assert!(parse_prompts(&json!([])).is_err());
-        assert!(parse_prompts(&json!([1, "a"])).is_err());
-        assert!(parse_prompts(&json!(5)).is_err());
-        assert!(parse_prompts(&json!([-1])).is_err());
-    }
+/// What the streamed response needs besides the events.
+struct StreamSetup {
+    head: ChunkHead,
+    /// Choices per prompt.
+    n: usize,
+    prompt_lens: Vec<usize>,
+    /// Per prompt, its text to send first (empty unless `echo`).
+    echoes: Vec<String>,
+    logprobs: Option<u32>,
 }
+
+/// The SSE response: echoed prompts first, then one chunk per output with text, logprobs or
+/// a finish reason, then the usage if asked for.
+fn stream_response(
+    state: Arc<AppState>,
+    events: impl Stream<Item = Result<(usize, GenEvent), ApiError>> + Send + 'static,
+    setup: StreamSetup,
+) -> Response {
+    let StreamSetup {
+        head,
+        n,
+        prompt_lens,
+        echoes,
+        logprobs,
+    } = setup;
+    let s = async_stream::stream! {
+        for (p, text) in echoes.iter().enumerate() {
+            for j in 0..n {
+                yield Ok(head.frame(&[TextChoice { index: p * n + j, text, logprobs: &Value::Null, finish_reason: None, stop_reason: &Value::Null }]));
+            }
+        }
+        // Per choice: the text offset of its next token's logprobs.
+        let mut offsets = vec![0usize; prompt_lens.len() * n];
+        let mut usage = Usage::new(prompt_lens);
+        let mut events = std::pin::pin!(events);
+        while let Some(ev) = events.next().await {
+            match ev {
+                Err(e) => { yield Err(e); return; }
+                Ok((p, GenEvent::Prompt(info))) => usage.on_prompt(p, &info),
+                Ok((p, GenEvent::Output(out))) => {
+                    usage.on_output(out.num_tokens);
+                    let ci = p * n + out.index as usize;
+                    if out.text.is_empty() && out.finish.is_none() && (out.logprobs.is_empty() || logprobs.is_none()) {
+                        continue;
+                    }
+                    let lp = match logprobs {
+                        Some(top_n) => {
+                            let mut delta = CompletionLogprobs { offset: offsets[ci], ..Default::default() };
+                            for x in &out.logprobs { delta.push(&state.tokenizer, x, top_n); }
+                            offsets[ci] = delta.offset;
+                            delta.to_json()
+                        }
+                        None => Value::Null,
+                    };
+                    let (reason, stop_reason) = match out.finish { Some(f) => (Some(f.reason), f.stop_reason), None => (None, Value::Null) };
+                    yield Ok(head.frame(&[TextChoice { index: ci, text: &out.text, logprobs: &lp, finish_reason: reason, stop_reason: &stop_reason }]));
+                }
+            }
+        }
+        if head.include_usage {
+            yield Ok(head.usage_frame(&usage.to_json()));
+        }
+    };
+    sse_response(s)
+}
+
+#[cfg(test)]
+mod tests;

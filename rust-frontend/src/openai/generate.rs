@@ -1,16 +1,13 @@
-//! One HTTP request = one engine request on the shared GenerateStream call (engine_mux).
-//! This turns the worker's token deltas into text deltas per sequence (incremental
-//! detokenization, stop strings, finish reasons) and keeps the engine request alive exactly as
-//! long as the consumer: dropping the returned stream (client gone, response body dropped)
-//! drops the RequestStream, which aborts the request in the worker.
-use crate::engine_client::pb::{self, FinishReason};
+//! One HTTP request = one engine request (on the shared GenerateStream call: engine_mux).
+//! The worker's responses become text events (text_deltas), and the engine request lives
+//! exactly as long as the consumer: dropping the returned stream (client gone, response
+//! body dropped) drops the engine's response stream, which aborts the request in the worker.
+use super::text_deltas::{GenEvent, TextDeltas};
+use crate::engine_client::pb;
 use crate::errors::ApiError;
-use crate::server::AppState;
-use crate::text::detokenizer::IncrementalDetokenizer;
-use crate::text::stop::{StopChecker, StopOutcome};
+use crate::state::AppState;
 use crate::validation::GenParams;
-use futures_util::Stream;
-use serde_json::{json, Value};
+use futures_util::{Stream, StreamExt};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -19,38 +16,6 @@ pub struct GenRequest {
     pub prompt_ids: Vec<u32>,
     pub params: GenParams,
     pub max_tokens: u32,
-}
-
-#[derive(Debug, Clone)]
-pub struct Finish {
-    pub reason: &'static str,
-    /// vLLM's `stop_reason`: the matched stop string, or a stop token id (null for EOS).
-    pub stop_reason: Value,
-}
-
-pub enum GenEvent {
-    Prompt(pb::PromptInfo),
-    Output {
-        index: u32,
-        text: String,
-        num_tokens: usize,
-        logprobs: Vec<pb::PositionLogprobs>,
-        finish: Option<Finish>,
-    },
-}
-
-struct Seq {
-    detok: IncrementalDetokenizer,
-    stop: StopChecker,
-    finished: bool,
-}
-
-struct Processor {
-    state: Arc<AppState>,
-    seqs: Vec<Seq>,
-    include_stop: bool,
-    start: Instant,
-    last_token: Option<Instant>,
 }
 
 /// Counts the request in flight and records its latency however it ends.
@@ -66,116 +31,6 @@ impl Drop for InFlight {
             .metrics
             .e2e
             .observe(self.start.elapsed().as_secs_f64());
-    }
-}
-
-impl Processor {
-    fn all_finished(&self) -> bool {
-        self.seqs.iter().all(|s| s.finished)
-    }
-
-    fn process(&mut self, resp: pb::GenerateResponse) -> Result<Vec<GenEvent>, ApiError> {
-        let mut events = vec![];
-        if let Some(p) = resp.prompt {
-            events.push(GenEvent::Prompt(p));
-        }
-        let tok = self.state.tokenizer.clone();
-        let now = Instant::now();
-        if resp.sequences.iter().any(|d| !d.token_ids.is_empty()) {
-            match self.last_token {
-                None => self
-                    .state
-                    .metrics
-                    .ttft
-                    .observe((now - self.start).as_secs_f64()),
-                Some(t) => self.state.metrics.itl.observe((now - t).as_secs_f64()),
-            }
-            self.last_token = Some(now);
-        }
-        for d in resp.sequences {
-            let Some(seq) = self.seqs.get_mut(d.index as usize) else {
-                return Err(ApiError::Internal(format!(
-                    "engine sent unknown sequence index {}",
-                    d.index
-                )));
-            };
-            let engine_finish =
-                FinishReason::try_from(d.finish_reason).unwrap_or(FinishReason::Unspecified);
-            if seq.finished {
-                continue;
-            }
-            if engine_finish == FinishReason::Error {
-                return Err(ApiError::Internal(if resp.error.is_empty() {
-                    "engine error".into()
-                } else {
-                    resp.error.clone()
-                }));
-            }
-            // The EOS / stop token that ended the sequence is not part of the text.
-            let mut text_ids: &[u32] = &d.token_ids;
-            if engine_finish == FinishReason::Stop && !self.include_stop {
-                if let (Some(stop_id), Some(last)) = (d.stop_token_id, d.token_ids.last()) {
-                    if *last == stop_id {
-                        text_ids = &d.token_ids[..d.token_ids.len() - 1];
-                    }
-                }
-            }
-            let mut text = seq.detok.push(&tok, text_ids).map_err(ApiError::Internal)?;
-            if engine_finish != FinishReason::Unspecified {
-                text.push_str(&seq.detok.flush(&tok).map_err(ApiError::Internal)?);
-            }
-            let mut finish = None;
-            match seq.stop.push(&text) {
-                StopOutcome::Continue(t) => text = t,
-                StopOutcome::Stopped(t, s) => {
-                    text = t;
-                    finish = Some(Finish {
-                        reason: "stop",
-                        stop_reason: json!(s),
-                    });
-                }
-            }
-            if finish.is_none() && engine_finish != FinishReason::Unspecified {
-                text.push_str(&seq.stop.flush());
-                finish = Some(match engine_finish {
-                    FinishReason::Length => Finish {
-                        reason: "length",
-                        stop_reason: Value::Null,
-                    },
-                    FinishReason::Abort => Finish {
-                        reason: "abort",
-                        stop_reason: Value::Null,
-                    },
-                    _ => {
-                        let eos = &self.state.model_info.eos_token_ids;
-                        let sr = match d.stop_token_id {
-                            Some(id) if !eos.contains(&id) => json!(id),
-                            _ => Value::Null,
-                        };
-                        Finish {
-                            reason: "stop",
-                            stop_reason: sr,
-                        }
-                    }
-                });
-            }
-            if let Some(f) = &finish {
-                seq.finished = true;
-                self.state
-                    .metrics
-                    .request_success
-                    .with_label_values(&[f.reason])
-                    .inc();
-            }
-            events.push(GenEvent::Output {
-                index: d.index,
-                text,
-                num_tokens: d.token_ids.len(),
-                logprobs: d.logprobs,
-                finish,
-            });
-        }
-        Ok(events)
     }
 }
 
@@ -210,46 +65,32 @@ pub async fn generate(
         prompt_token_ids: req.prompt_ids.clone(),
         sampling_params: Some(sampling),
     };
-    let mut stream = state.mux.submit(grpc_req);
-    let first = match stream.message().await {
-        Ok(Some(m)) => m,
-        Ok(None) => {
+    let mut stream = state.engine.generate(grpc_req);
+    let first = match stream.next().await {
+        Some(Ok(m)) => m,
+        None => {
             return Err(ApiError::Internal(
                 "the engine closed the stream without output".into(),
             ))
         }
-        Err(s) => return Err(ApiError::from_status(s)),
+        Some(Err(s)) => return Err(ApiError::from_status(s)),
     };
-    let p = &req.params;
-    let seqs = (0..p.n)
-        .map(|_| Seq {
-            detok: IncrementalDetokenizer::new(&req.prompt_ids, p.decode),
-            stop: StopChecker::new(p.stop.clone(), p.include_stop),
-            finished: false,
-        })
-        .collect();
-    let mut proc = Processor {
-        state: state.clone(),
-        seqs,
-        include_stop: p.include_stop,
-        start,
-        last_token: None,
-    };
+    let mut deltas = TextDeltas::new(state.clone(), &req.prompt_ids, &req.params, start);
     Ok(async_stream::stream! {
         let _guard = guard;
         let mut msg = first;
         loop {
-            match proc.process(msg) {
+            match deltas.process(msg) {
                 Ok(events) => for e in events { yield Ok(e) },
                 Err(e) => { yield Err(e); break; }
             }
-            if proc.all_finished() {
+            if deltas.all_finished() {
                 break;
             }
-            match stream.message().await {
-                Ok(Some(m)) => msg = m,
-                Ok(None) => { yield Err(ApiError::Internal("the engine stream ended early".into())); break; }
-                Err(s) => { yield Err(ApiError::from_status(s)); break; }
+            match stream.next().await {
+                Some(Ok(m)) => msg = m,
+                None => { yield Err(ApiError::Internal("the engine stream ended early".into())); break; }
+                Some(Err(s)) => { yield Err(ApiError::from_status(s)); break; }
             }
         }
         // Dropping `stream` (here, or mid-await when the client goes away) aborts the request
@@ -263,7 +104,6 @@ pub async fn generate_many(
     state: Arc<AppState>,
     reqs: Vec<GenRequest>,
 ) -> Result<impl Stream<Item = Result<(usize, GenEvent), ApiError>>, ApiError> {
-    use futures_util::StreamExt;
     let starts = reqs.into_iter().map(|r| generate(state.clone(), r));
     let streams = futures_util::future::try_join_all(starts).await?;
     Ok(futures_util::stream::select_all(
@@ -274,21 +114,5 @@ pub async fn generate_many(
     ))
 }
 
-/// Prompts up to this many bytes are tokenized in place: a thread hop costs more than that.
-const INLINE_TOKENIZE_BYTES: usize = 4096;
-
-/// Tokenizes long prompts off the async runtime: 100k-token prompts take milliseconds.
-pub async fn tokenize(
-    state: &Arc<AppState>,
-    text: String,
-    add_special: bool,
-) -> Result<Vec<u32>, ApiError> {
-    let tok = state.tokenizer.clone();
-    if text.len() <= INLINE_TOKENIZE_BYTES {
-        return tok.encode(&text, add_special).map_err(ApiError::bad);
-    }
-    tokio::task::spawn_blocking(move || tok.encode(&text, add_special))
-        .await
-        .map_err(|e| ApiError::Internal(e.to_string()))?
-        .map_err(ApiError::bad)
-}
+#[cfg(test)]
+mod tests;

@@ -1,93 +1,16 @@
 //! OpenAI-compatible endpoints (with vLLM's extensions).
+//!
+//! The handlers (`chat`, `completions`, `models`) never import each other: what they share
+//! lives in the modules below them (`request`, `prompt`, `generate`, `text_deltas`,
+//! `aggregate`, `response`, `logprobs`, `sse`). This module only declares them.
+pub mod aggregate;
 pub mod chat;
 pub mod completions;
 pub mod generate;
 pub mod logprobs;
 pub mod models;
+pub mod prompt;
+pub mod request;
+pub mod response;
 pub mod sse;
-
-use crate::errors::ApiError;
-use crate::server::AppState;
-use axum::extract::{FromRequest, Request};
-use serde::de::DeserializeOwned;
-use serde::Deserialize;
-use std::sync::Arc;
-
-#[derive(Debug, Default, Deserialize)]
-pub struct StreamOptions {
-    #[serde(default)]
-    pub include_usage: bool,
-}
-
-pub fn now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
-}
-
-/// `<prefix>-<32 hex>`, e.g. `chatcmpl-0123…`.
-pub fn new_id(prefix: &str) -> String {
-    format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
-}
-
-/// An omitted/null model is allowed; any other name must be one of the served names.
-pub fn check_model(state: &AppState, model: &Option<String>) -> Result<(), ApiError> {
-    match model {
-        Some(m) if !state.served_names.iter().any(|s| s == m) => Err(ApiError::model_not_found(m)),
-        _ => Ok(()),
-    }
-}
-
-/// JSON body extractor whose failures are OpenAI error bodies (axum's are plain text):
-/// too large -> 413, malformed or mistyped -> 400 with serde's explanation.
-pub struct JsonBody<T>(pub T);
-
-impl<T: DeserializeOwned> FromRequest<Arc<AppState>> for JsonBody<T> {
-    type Rejection = ApiError;
-
-    async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, ApiError> {
-        let limit = state.config.max_request_body_bytes;
-        let declared = req
-            .headers()
-            .get(axum::http::header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<usize>().ok());
-        if declared.is_some_and(|n| n > limit) {
-            return Err(ApiError::PayloadTooLarge(limit));
-        }
-        let bytes = axum::body::to_bytes(req.into_body(), limit)
-            .await
-            .map_err(|_| ApiError::PayloadTooLarge(limit))?;
-        let value: serde_json::Value = serde_json::from_slice(&bytes)
-            .map_err(|e| ApiError::bad(format!("Invalid JSON body: {e}")))?;
-        // The path names the offending field (e.g. `max_tokens: invalid type: string "a", ...`).
-        let err = match serde_path_to_error::deserialize(&value) {
-            Ok(v) => return Ok(JsonBody(v)),
-            Err(e) => e,
-        };
-        // `#[serde(flatten)]` hides the field of errors in flattened groups; parsing those
-        // groups alone recovers it.
-        let (path, inner) = match err.path().to_string().as_str() {
-            "." | "" => {
-                flattened_error(&value).unwrap_or(("".into(), err.into_inner().to_string()))
-            }
-            p => (p.to_string(), err.into_inner().to_string()),
-        };
-        Err(match path.as_str() {
-            "" => ApiError::bad(format!("Invalid request: {inner}")),
-            p => ApiError::bad_param(p, format!("Invalid request: {p}: {inner}")),
-        })
-    }
-}
-
-fn flattened_error(value: &serde_json::Value) -> Option<(String, String)> {
-    fn try_as<T: DeserializeOwned>(v: &serde_json::Value) -> Option<(String, String)> {
-        serde_path_to_error::deserialize::<_, T>(v)
-            .err()
-            .map(|e| (e.path().to_string(), e.into_inner().to_string()))
-    }
-    try_as::<crate::validation::SamplingRequest>(value)
-        .or_else(|| try_as::<chat::TemplateArgs>(value))
-        .filter(|(p, _)| p != "." && !p.is_empty())
-}
+pub mod text_deltas;

@@ -1,10 +1,10 @@
 //! GET /v1/models, /health, /version, /metrics and POST /tokenize, /detokenize.
-use super::chat::{render_prompt, TemplateArgs};
-use super::generate::tokenize as encode;
-use super::{check_model, new_id, JsonBody};
+use super::prompt::{render_prompt, tokenize as encode, TemplateArgs};
+use super::request::{check_model, JsonBody};
+use super::response::new_id;
 use crate::engine_client::pb;
 use crate::errors::ApiError;
-use crate::server::AppState;
+use crate::state::AppState;
 use crate::text::tokenizer::DecodeOpts;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -49,7 +49,7 @@ pub async fn models(State(state): State<Arc<AppState>>) -> Response {
 
 /// 200 with an empty body while the worker reports SERVING, else 503.
 pub async fn health(State(state): State<Arc<AppState>>) -> StatusCode {
-    let mut client = state.engine.clone();
+    let mut client = state.engine_client.clone();
     let call = client.health(pb::HealthRequest {});
     match tokio::time::timeout(Duration::from_secs(5), call).await {
         Ok(Ok(r)) if r.get_ref().status == pb::health_response::Status::Serving as i32 => {
@@ -64,7 +64,7 @@ pub async fn version() -> Response {
 }
 
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
-    let text = state.metrics.render(&state.engine).await;
+    let text = state.metrics.render(&state.engine_client).await;
     (
         [(
             header::CONTENT_TYPE,

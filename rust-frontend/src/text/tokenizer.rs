@@ -28,8 +28,12 @@ impl Tokenizer {
     pub fn from_file(path: &Path) -> anyhow::Result<Self> {
         let inner = tokenizers::Tokenizer::from_file(path)
             .map_err(|e| anyhow::anyhow!("cannot load tokenizer {}: {e}", path.display()))?;
+        Ok(Tokenizer::new(inner))
+    }
+
+    pub fn new(inner: tokenizers::Tokenizer) -> Self {
         let added = inner.get_added_tokens_decoder().keys().copied().collect();
-        Ok(Tokenizer { inner, added })
+        Tokenizer { inner, added }
     }
 
     pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>, String> {

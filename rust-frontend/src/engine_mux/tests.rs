@@ -1,0 +1,146 @@
+//! Routing on the shared call without a gRPC server: `Call` is driven directly, as the
+//! call's task would drive it with the worker's messages.
+use super::*;
+use futures_util::{FutureExt, StreamExt};
+
+fn resp(id: &str, token: u32, finished: bool) -> pb::GenerateResponse {
+    pb::GenerateResponse {
+        request_id: id.into(),
+        sequences: vec![pb::SequenceDelta {
+            token_ids: vec![token],
+            ..Default::default()
+        }],
+        finished,
+        ..Default::default()
+    }
+}
+
+fn batch(responses: Vec<pb::GenerateResponse>) -> pb::GenerateStreamResponse {
+    pb::GenerateStreamResponse { responses }
+}
+
+/// What the stream has delivered so far, without waiting: tokens, "error <code> <message>",
+/// "end", or nothing more if it would wait.
+fn drain(stream: &mut RequestStream) -> Vec<String> {
+    let mut out = vec![];
+    while let Some(item) = stream.next().now_or_never() {
+        match item {
+            Some(Ok(r)) => out.push(format!("token {}", r.sequences[0].token_ids[0])),
+            Some(Err(s)) => out.push(format!("error {:?} {}", s.code(), s.message())),
+            None => {
+                out.push("end".into());
+                break;
+            }
+        }
+    }
+    out
+}
+
+fn generate_req(id: &str) -> pb::GenerateRequest {
+    pb::GenerateRequest {
+        request_id: id.into(),
+        prompt_token_ids: vec![1, 2],
+        sampling_params: None,
+    }
+}
+
+#[test]
+fn interleaved_responses_reach_their_own_request() {
+    let (call, mut inbox) = Call::new();
+    let mut a = call.route("a").unwrap();
+    let mut b = call.route("b").unwrap();
+    call.dispatch(batch(vec![
+        resp("a", 10, false),
+        resp("b", 20, false),
+        resp("gone", 99, false), // aborted earlier here: dropped silently
+        resp("a", 11, true),
+    ]));
+    assert_eq!(drain(&mut a), ["token 10", "token 11", "end"]);
+    assert_eq!(drain(&mut b), ["token 20"]);
+    call.dispatch(batch(vec![resp("b", 21, true)]));
+    assert_eq!(drain(&mut b), ["token 21", "end"]);
+    // Finished requests are not aborted when dropped.
+    drop((a, b));
+    assert!(inbox.try_recv().is_err());
+    assert!(call.routes.lock().unwrap().as_ref().unwrap().is_empty());
+}
+
+#[test]
+fn dropping_a_running_request_aborts_it_once() {
+    let (call, mut inbox) = Call::new();
+    let mut a = call.route("a").unwrap();
+    call.dispatch(batch(vec![resp("a", 10, false)]));
+    assert_eq!(drain(&mut a), ["token 10"]);
+    drop(a);
+    assert_eq!(inbox.try_recv().unwrap(), Outgoing::Abort("a".into()));
+    assert!(inbox.try_recv().is_err());
+    // What the worker had already produced for it goes nowhere.
+    call.dispatch(batch(vec![resp("a", 11, true)]));
+    assert!(call.routes.lock().unwrap().as_ref().unwrap().is_empty());
+}
+
+#[test]
+fn a_refused_request_is_an_error_with_the_workers_status() {
+    let (call, _inbox) = Call::new();
+    let mut a = call.route("a").unwrap();
+    call.dispatch(batch(vec![pb::GenerateResponse {
+        request_id: "a".into(),
+        rejected: Some(pb::RequestError {
+            code: Code::InvalidArgument as i32,
+            message: "prompt too long".into(),
+        }),
+        finished: true,
+        ..Default::default()
+    }]));
+    assert_eq!(
+        drain(&mut a),
+        ["error InvalidArgument prompt too long", "end"]
+    );
+}
+
+#[test]
+fn the_end_of_the_call_fails_every_running_request() {
+    let (call, mut inbox) = Call::new();
+    let mut a = call.route("a").unwrap();
+    let mut b = call.route("b").unwrap();
+    call.fail(Status::unavailable("worker restarted"));
+    assert_eq!(drain(&mut a), ["error Unavailable worker restarted", "end"]);
+    assert_eq!(drain(&mut b), ["error Unavailable worker restarted", "end"]);
+    // An ended call takes no new requests and sends no aborts.
+    assert!(call.route("c").is_none());
+    drop((a, b));
+    assert!(inbox.try_recv().is_err());
+}
+
+#[tokio::test]
+async fn queued_requests_and_aborts_go_out_in_one_message() {
+    let (call, mut inbox) = Call::new();
+    call.outbox
+        .send(Outgoing::Generate(Box::new(generate_req("a"))))
+        .unwrap();
+    call.outbox.send(Outgoing::Abort("x".into())).unwrap();
+    call.outbox
+        .send(Outgoing::Generate(Box::new(generate_req("b"))))
+        .unwrap();
+    let msg = next_message(&mut inbox).await.unwrap();
+    assert_eq!(msg.generate, [generate_req("a"), generate_req("b")]);
+    assert_eq!(msg.abort, ["x"]);
+    call.outbox.send(Outgoing::Abort("y".into())).unwrap();
+    let msg = next_message(&mut inbox).await.unwrap();
+    assert!(msg.generate.is_empty());
+    assert_eq!(msg.abort, ["y"]);
+    // The mux is gone: the request stream of the call ends.
+    drop(call);
+    assert!(next_message(&mut inbox).await.is_none());
+}
+
+#[tokio::test]
+async fn without_a_worker_a_request_fails_unavailable() {
+    // Nothing listens on port 1: the call fails to open and fails its requests.
+    let client = crate::engine_client::connect("http://127.0.0.1:1").unwrap();
+    let mux = EngineMux::new(client);
+    let mut stream = mux.generate(generate_req("a"));
+    let err = stream.next().await.unwrap().unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable);
+    assert!(stream.next().await.is_none());
+}

@@ -1,0 +1,177 @@
+//! /v1/completions: prompt forms, and through the router against a scripted fake engine the
+//! exact bytes a client receives.
+use super::*;
+use crate::engine_client::pb::{self, FinishReason::*};
+use crate::testing::{self, delta, first_response, id, last_delta, response, FakeEngine, Script};
+use axum::http::StatusCode;
+
+const PATH: &str = "/v1/completions";
+
+#[test]
+fn prompt_forms() {
+    assert_eq!(parse_prompts(&json!("a")).unwrap().len(), 1);
+    assert_eq!(parse_prompts(&json!(["a", "b"])).unwrap().len(), 2);
+    assert!(
+        matches!(&parse_prompts(&json!([1, 2, 3])).unwrap()[0], Prompt::Ids(v) if v == &vec![1, 2, 3])
+    );
+    assert_eq!(parse_prompts(&json!([[1], [2, 3]])).unwrap().len(), 2);
+    assert!(parse_prompts(&json!([])).is_err());
+    assert!(parse_prompts(&json!([1, "a"])).is_err());
+    assert!(parse_prompts(&json!(5)).is_err());
+    assert!(parse_prompts(&json!([-1])).is_err());
+}
+
+fn token_lp(word: &str, logprob: f32, rank: u32) -> pb::TokenLogprob {
+    pb::TokenLogprob {
+        token_id: id(word),
+        logprob,
+        rank,
+    }
+}
+
+fn with_logprobs(
+    mut d: pb::SequenceDelta,
+    token: &str,
+    lp: f32,
+    top: &[(&str, f32)],
+) -> pb::SequenceDelta {
+    d.logprobs = vec![pb::PositionLogprobs {
+        token: Some(token_lp(token, lp, 1)),
+        top: top.iter().map(|(w, l)| token_lp(w, *l, 1)).collect(),
+    }];
+    d
+}
+
+/// The SSE body of these chunks (each the JSON after `"model"`), ended by `[DONE]`.
+fn sse(chunks: &[&str]) -> String {
+    let mut out = String::new();
+    for c in chunks {
+        out += r#"data: {"id":"ID","object":"text_completion","created":0,"model":"test-model","#;
+        out += c;
+        out += "}\n\n";
+    }
+    out + "data: [DONE]\n\n"
+}
+
+#[tokio::test]
+async fn streamed_logprobs_continue_their_text_offsets() {
+    let engine = FakeEngine::new(vec![Script::new(vec![
+        first_response(
+            1,
+            0,
+            vec![with_logprobs(
+                delta(0, &["foo"]),
+                "foo",
+                -0.5,
+                &[("foo", -0.5), ("bar", -1.25)],
+            )],
+            false,
+        ),
+        response(
+            vec![with_logprobs(
+                last_delta(0, &["bar"], Length, None),
+                "bar",
+                -1.0,
+                &[("baz", -0.25)],
+            )],
+            true,
+        ),
+    ])]);
+    let body = json!({"prompt": "Hello", "logprobs": 1, "stream": true,
+        "stream_options": {"include_usage": true}});
+    let (status, text) = testing::post_text(testing::state(engine.clone()), PATH, body).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        text,
+        sse(&[
+            r#""choices":[{"index":0,"text":" foo","logprobs":{"text_offset":[0],"token_logprobs":[-0.5],"tokens":["foo"],"top_logprobs":[{"foo":-0.5}]},"finish_reason":null,"stop_reason":null}],"usage":null"#,
+            r#""choices":[{"index":0,"text":" bar","logprobs":{"text_offset":[3],"token_logprobs":[-1.0],"tokens":["bar"],"top_logprobs":[{"baz":-0.25,"bar":-1.0}]},"finish_reason":"length","stop_reason":null}],"usage":null"#,
+            r#""choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3,"prompt_tokens_details":{"cached_tokens":0}}"#,
+        ])
+    );
+    let sent = engine.requests.lock().unwrap()[0].clone();
+    assert!(sent.request_id.starts_with("cmpl-") && sent.request_id.ends_with("-0"));
+    assert_eq!(sent.prompt_token_ids, [id("Hello")]);
+}
+
+#[tokio::test]
+async fn streamed_echo_comes_first_for_every_choice() {
+    let engine = FakeEngine::new(vec![Script::new(vec![first_response(
+        2,
+        0,
+        vec![
+            last_delta(1, &["bar"], Length, None),
+            last_delta(0, &["foo", "<eos>"], Stop, Some(testing::EOS)),
+        ],
+        true,
+    )])]);
+    let body = json!({"prompt": [id("Hello"), id("world")], "echo": true, "n": 2, "stream": true});
+    let (_, text) = testing::post_text(testing::state(engine), PATH, body).await;
+    assert_eq!(
+        text,
+        sse(&[
+            r#""choices":[{"index":0,"text":"Hello world","logprobs":null,"finish_reason":null,"stop_reason":null}]"#,
+            r#""choices":[{"index":1,"text":"Hello world","logprobs":null,"finish_reason":null,"stop_reason":null}]"#,
+            r#""choices":[{"index":1,"text":" bar","logprobs":null,"finish_reason":"length","stop_reason":null}]"#,
+            r#""choices":[{"index":0,"text":" foo","logprobs":null,"finish_reason":"stop","stop_reason":null}]"#,
+        ])
+    );
+}
+
+#[tokio::test]
+async fn non_streamed_choices_of_two_prompts() {
+    let prompt_lps = vec![
+        pb::PositionLogprobs {
+            token: Some(token_lp("world", f32::NAN, 0)),
+            top: vec![],
+        },
+        pb::PositionLogprobs {
+            token: Some(token_lp("foo", -2.0, 3)),
+            top: vec![token_lp("bar", -0.5, 1)],
+        },
+    ];
+    let second = pb::GenerateResponse {
+        prompt: Some(pb::PromptInfo {
+            prompt_tokens: 2,
+            cached_tokens: 2,
+            prompt_logprobs: prompt_lps,
+        }),
+        ..response(
+            vec![
+                last_delta(0, &["baz"], Length, None),
+                last_delta(1, &[], Abort, None),
+            ],
+            true,
+        )
+    };
+    let engine = FakeEngine::new(vec![
+        Script::new(vec![first_response(
+            1,
+            0,
+            vec![
+                last_delta(0, &["foo"], Length, None),
+                last_delta(1, &["bar", "<stop>"], Stop, Some(testing::STOP_TOKEN)),
+            ],
+            true,
+        )]),
+        Script::new(vec![second]),
+    ]);
+    let body = json!({"prompt": [[id("Hello")], [id("world"), id("foo")]], "echo": true, "n": 2,
+        "prompt_logprobs": 1});
+    let (status, text) = testing::post_text(testing::state(engine.clone()), PATH, body).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        text,
+        concat!(
+            r#"{"id":"ID","object":"text_completion","created":0,"model":"test-model","choices":["#,
+            r#"{"index":0,"text":"Hello foo","logprobs":null,"finish_reason":"length","stop_reason":null,"prompt_logprobs":null},"#,
+            r#"{"index":1,"text":"Hello bar","logprobs":null,"finish_reason":"stop","stop_reason":1,"prompt_logprobs":null},"#,
+            r#"{"index":2,"text":"world foo baz","logprobs":null,"finish_reason":"length","stop_reason":null,"prompt_logprobs":[null,{"7":{"logprob":-2.0,"rank":3,"decoded_token":"foo"},"8":{"logprob":-0.5,"rank":1,"decoded_token":"bar"}}]},"#,
+            r#"{"index":3,"text":"world foo","logprobs":null,"finish_reason":"abort","stop_reason":null,"prompt_logprobs":[null,{"7":{"logprob":-2.0,"rank":3,"decoded_token":"foo"},"8":{"logprob":-0.5,"rank":1,"decoded_token":"bar"}}]}],"#,
+            r#""usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7,"prompt_tokens_details":{"cached_tokens":2}}}"#,
+        )
+    );
+    let ids = engine.request_ids();
+    assert_eq!(ids.len(), 2);
+    assert_eq!(ids[0].strip_suffix("-0"), ids[1].strip_suffix("-1"));
+}

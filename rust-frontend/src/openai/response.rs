@@ -1,0 +1,53 @@
+//! Pieces every response body repeats: ids, timestamps and `usage`.
+use crate::engine_client::pb;
+use serde_json::{json, Value};
+
+pub fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// `<prefix>-<32 hex>`, e.g. `chatcmpl-0123…`.
+pub fn new_id(prefix: &str) -> String {
+    format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// Token counts for `usage`, over every prompt of the request.
+pub struct Usage {
+    /// Per prompt: our count until the worker reports its own.
+    prompt_tokens: Vec<usize>,
+    cached_tokens: u32,
+    completion_tokens: usize,
+}
+
+impl Usage {
+    pub fn new(prompt_lens: Vec<usize>) -> Self {
+        Usage {
+            prompt_tokens: prompt_lens,
+            cached_tokens: 0,
+            completion_tokens: 0,
+        }
+    }
+
+    pub fn on_prompt(&mut self, prompt: usize, info: &pb::PromptInfo) {
+        self.prompt_tokens[prompt] = info.prompt_tokens as usize;
+        self.cached_tokens += info.cached_tokens;
+    }
+
+    pub fn on_output(&mut self, num_tokens: usize) {
+        self.completion_tokens += num_tokens;
+    }
+
+    pub fn to_json(&self) -> Value {
+        let prompt: usize = self.prompt_tokens.iter().sum();
+        let completion = self.completion_tokens;
+        json!({
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
+        })
+    }
+}

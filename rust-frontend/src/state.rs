@@ -1,0 +1,25 @@
+//! What every request handler shares: the configuration, the engine, the text pipeline and
+//! the metrics. Built once at start-up (server.rs), then read-only.
+use crate::config::ServeConfig;
+use crate::engine::Engine;
+use crate::engine_client::{pb, EngineClient};
+use crate::metrics::Metrics;
+use crate::text::chat_template::ChatTemplate;
+use crate::text::tokenizer::Tokenizer;
+use std::sync::Arc;
+
+pub struct AppState {
+    pub config: ServeConfig,
+    /// Generate requests (in production all on one GenerateStream call: `EngineMux`).
+    pub engine: Arc<dyn Engine>,
+    /// Health and GetLoad, for /health and /metrics.
+    pub engine_client: EngineClient,
+    pub tokenizer: Arc<Tokenizer>,
+    pub template: Option<ChatTemplate>,
+    pub model_info: pb::ModelInfo,
+    pub served_names: Vec<String>,
+    pub max_model_len: u32,
+    pub vocab_size: usize,
+    pub metrics: Metrics,
+    pub created: i64,
+}
