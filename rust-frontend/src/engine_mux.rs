@@ -185,8 +185,8 @@ pub struct RequestStream {
 impl Stream for RequestStream {
     type Item = Delivery;
 
-    /// Ends after the last response. A refused request is an error with the worker's status,
-    /// as the per-request Generate call would have ended.
+    /// Ends after the last response. A refused request is an error carrying the worker's
+    /// status (its `rejected` code and message).
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Delivery>> {
         if self.finished {
             return Poll::Ready(None);

@@ -99,7 +99,7 @@ pub async fn generate(
     })
 }
 
-/// Starts one Generate call per prompt and merges their events, tagged with the prompt index.
+/// Starts one engine request per prompt and merges their events, tagged with the prompt index.
 pub async fn generate_many(
     state: Arc<AppState>,
     reqs: Vec<GenRequest>,
