@@ -94,13 +94,19 @@ def _params_per_input(
 ) -> list[PoolingParams]:
     if pooling_params is None or isinstance(pooling_params, PoolingParams):
         return [pooling_params or PoolingParams()] * n
-    params = list(pooling_params)
-    if len(params) != n or not all(isinstance(p, PoolingParams) for p in params):
-        raise ValueError(
-            f"pooling_params: give one PoolingParams, or one per input ({n}); got "
-            f"{len(params)} items."
-        )
-    return params
+    if (
+        isinstance(pooling_params, (list, tuple))
+        and len(pooling_params) == n
+        and all(isinstance(p, PoolingParams) for p in pooling_params)
+    ):
+        return list(pooling_params)
+    got = (
+        f"{len(pooling_params)} items" if isinstance(pooling_params, (list, tuple))
+        else type(pooling_params).__name__
+    )
+    raise ValueError(
+        f"pooling_params: give one PoolingParams, or a list of one per input ({n}); got {got}."
+    )
 
 
 def _run(
