@@ -20,7 +20,7 @@ from hybridllm.outputs import PoolingOutput, PoolingRequestOutput
 from hybridllm.pooling_params import PoolingParams
 from hybridllm.sequence import PoolingRequest
 from hybridllm.text.tokenizer import load_tokenizer
-from hybridllm.text.truncation import encode_truncated, special_token_ids, truncate_ids
+from hybridllm.text.truncation import encode_batch_truncated, special_token_ids, truncate_ids
 
 
 class PoolingEngine:
@@ -37,6 +37,9 @@ class PoolingEngine:
         self.scheduler = PoolingScheduler(config.scheduler)
         self.requests: dict[str, PoolingRequest] = {}
         self.stats = EngineStats()
+        # What errors call the input limit: sentence-transformers' name for it where it is that.
+        st_limit = config.pooler.max_seq_length
+        self._limit_name = "max_seq_length" if st_limit == self.max_model_len else "max_model_len"
 
     @classmethod
     def from_engine_args(cls, args: EngineArgs) -> PoolingEngine:
@@ -55,13 +58,13 @@ class PoolingEngine:
         vocab = self.config.model.vocab_size
         if not prompt_token_ids:
             raise ValueError("prompt_token_ids: the input must contain at least one token.")
-        bad = next((t for t in prompt_token_ids if not 0 <= t < vocab), None)
-        if bad is not None:
+        if min(prompt_token_ids) < 0 or max(prompt_token_ids) >= vocab:
+            bad = next(t for t in prompt_token_ids if not 0 <= t < vocab)
             raise ValueError(f"prompt_token_ids: token id {bad} is out of vocabulary [0, {vocab}).")
         if len(prompt_token_ids) > self.max_model_len:
             raise ValueError(
                 f"The input ({len(prompt_token_ids)} tokens) is longer than the model's maximum "
-                f"of {self.max_model_len} tokens (max_seq_length); pass truncate_prompt_tokens "
+                f"of {self.max_model_len} tokens ({self._limit_name}); pass truncate_prompt_tokens "
                 "to truncate it."
             )
 
@@ -72,30 +75,70 @@ class PoolingEngine:
         if t > self.max_model_len:
             raise ValueError(
                 f"truncate_prompt_tokens ({t}) is larger than the model's maximum of "
-                f"{self.max_model_len} tokens (max_seq_length)."
+                f"{self.max_model_len} tokens ({self._limit_name})."
             )
         return self.max_model_len if t == -1 else t
 
-    def prepare_prompt(
-        self, prompt: str | list[int], params: PoolingParams
-    ) -> tuple[str | None, list[int]]:
-        """(text, token ids) to run: tokenized, truncated as asked, validated. Raises
-        ValueError naming the field and the limit."""
-        limit = self.truncation_limit(params)
-        if isinstance(prompt, str):
-            if not prompt:
-                raise ValueError("prompt: the input must not be an empty string.")
-            text = prompt.lower() if self.config.pooler.do_lower_case else prompt
-            ids = encode_truncated(self.tokenizer, text, limit)
+    def prepare_prompts(
+        self, prompts: list[str | list[int]], params: list[PoolingParams]
+    ) -> list[list[int]]:
+        """The token ids to run for each input: tokenized (all strings in one batch call),
+        truncated as asked, validated. Raises ValueError naming the field and the limit."""
+        limits = [self.truncation_limit(p) for p in params]
+        out: list[list[int] | None] = [None] * len(prompts)
+        texts: list[int] = []
+        for i, prompt in enumerate(prompts):
+            if isinstance(prompt, str):
+                if not prompt:
+                    raise ValueError("prompt: the input must not be an empty string.")
+                texts.append(i)
+            elif isinstance(prompt, list) and all(
+                isinstance(t, int) and not isinstance(t, bool) for t in prompt
+            ):
+                out[i] = truncate_ids(prompt, limits[i], self._special_ids)
+            else:
+                raise ValueError("prompt: expected a string or a list of token ids (ints).")
+        if texts:
+            lower = self.config.pooler.do_lower_case
+            encoded = encode_batch_truncated(
+                self.tokenizer,
+                [prompts[i].lower() if lower else prompts[i] for i in texts],  # type: ignore[union-attr]
+                [limits[i] for i in texts],
+            )
+            for i, ids in zip(texts, encoded):
+                out[i] = ids
+        for ids in out:
+            assert ids is not None
             self.validate_prompt(ids)
-            return prompt, ids
-        if not isinstance(prompt, list) or not all(
-            isinstance(t, int) and not isinstance(t, bool) for t in prompt
-        ):
-            raise ValueError("prompt: expected a string or a list of token ids (ints).")
-        ids = truncate_ids(prompt, limit, self._special_ids)
-        self.validate_prompt(ids)
-        return None, ids
+        return out  # type: ignore[return-value]
+
+    def add_requests(
+        self,
+        requests: list[tuple[str, str | list[int], PoolingParams | None]],
+        arrival_time: float | None = None,
+    ) -> None:
+        """(request id, prompt, params) each; all or none: every input is checked before any
+        is queued."""
+        ids = [rid for rid, _, _ in requests]
+        taken = next((r for r in ids if r in self.requests), None)
+        if taken is None and len(set(ids)) < len(ids):
+            taken = next(r for i, r in enumerate(ids) if r in ids[:i])
+        if taken is not None:
+            raise ValueError(f"request id {taken!r} is already in use.")
+        params = [p or PoolingParams() for _, _, p in requests]
+        for p in params:
+            if not isinstance(p, PoolingParams):
+                raise ValueError(f"an embedding model takes PoolingParams, got {type(p).__name__}")
+        token_ids = self.prepare_prompts([prompt for _, prompt, _ in requests], params)
+        arrival_time = arrival_time or time.monotonic()
+        default_normalize = self.config.pooler.normalize
+        for (rid, prompt, _), p, tokens in zip(requests, params, token_ids):
+            normalize = default_normalize if p.normalize is None else p.normalize
+            text = prompt if isinstance(prompt, str) else None
+            request = PoolingRequest(rid, text, tokens, p, normalize, arrival_time)
+            self.scheduler.add(request)
+            self.requests[rid] = request
+            self.stats.prompt_tokens_total += len(tokens)
 
     def add_request(
         self,
@@ -104,19 +147,7 @@ class PoolingEngine:
         params: PoolingParams | None = None,
         arrival_time: float | None = None,
     ) -> None:
-        if request_id in self.requests:
-            raise ValueError(f"request id {request_id!r} is already in use.")
-        params = params or PoolingParams()
-        if not isinstance(params, PoolingParams):
-            raise ValueError(f"an embedding model takes PoolingParams, got {type(params).__name__}")
-        text, ids = self.prepare_prompt(prompt, params)
-        normalize = self.config.pooler.normalize if params.normalize is None else params.normalize
-        request = PoolingRequest(
-            request_id, text, ids, params, normalize, arrival_time or time.monotonic()
-        )
-        self.scheduler.add(request)
-        self.requests[request_id] = request
-        self.stats.prompt_tokens_total += len(ids)
+        self.add_requests([(request_id, prompt, params)], arrival_time)
 
     def abort_request(self, request_ids: str | list[str]) -> None:
         """Forget the requests now: they will not run, and no output comes for them."""

@@ -43,3 +43,17 @@ def truncate_ids(ids: list[int], max_tokens: int | None, special: frozenset[int]
     if ids[-1] in special and max_tokens >= 2:
         return list(ids[: max_tokens - 1]) + [ids[-1]]
     return list(ids[:max_tokens])
+
+
+def encode_batch_truncated(
+    tokenizer: HfTokenizer, texts: list[str], limits: list[int | None]
+) -> list[list[int]]:
+    """encode_truncated for many texts; one encode_batch call (tokenizers spreads it over the
+    cores) and a second pass only for the texts over their limit."""
+    encodings = tokenizer.encode_batch(texts, add_special_tokens=True)
+    out = []
+    for text, encoding, limit in zip(texts, encodings, limits):
+        ids = encoding.ids
+        out.append(ids if limit is None or len(ids) <= limit
+                   else encode_truncated(tokenizer, text, limit))
+    return out

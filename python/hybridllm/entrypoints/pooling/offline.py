@@ -74,18 +74,14 @@ class PoolingOfflineMixin:
         overrides: dict[str, Any] = {}
         if truncate_prompt_tokens is not None:
             overrides["truncate_prompt_tokens"] = truncate_prompt_tokens
-        ids: list[str] = []
-        try:
-            for prompt, p in zip(batch, params):
-                changes = dict(overrides)
-                if p.normalize is None and default_normalize is not None:
-                    changes["normalize"] = default_normalize
-                rid = str(next(self._counter))
-                engine.add_request(rid, prompt, dataclasses.replace(p, **changes))
-                ids.append(rid)
-        except BaseException:
-            engine.abort_request(ids)  # nothing of a refused call stays queued
-            raise
+        requests = []
+        for prompt, p in zip(batch, params):
+            changes = dict(overrides)
+            if p.normalize is None and default_normalize is not None:
+                changes["normalize"] = default_normalize
+            requests.append((str(next(self._counter)), prompt, dataclasses.replace(p, **changes)))
+        engine.add_requests(requests)  # all or none: a refused call leaves nothing queued
+        ids = [rid for rid, _, _ in requests]
         return _run(engine, ids, use_tqdm)
 
 
