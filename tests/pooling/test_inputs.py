@@ -102,6 +102,15 @@ def test_generate_on_embedding_model_names_the_task(embed_llm) -> None:
             call()
 
 
+def test_llm_engine_refuses_an_embedding_model(embed_model_path) -> None:
+    from hybridllm.config import EngineArgs
+    from hybridllm.engine.llm_engine import LLMEngine
+
+    with pytest.raises(ValueError, match=r"is an embedding model \(task 'embed'\): run it with "
+                       r"PoolingEngine"):
+        LLMEngine.from_engine_args(EngineArgs(model=str(embed_model_path)))
+
+
 def test_embed_on_generative_model_names_the_task(model_path) -> None:
     llm = LLM(model=str(model_path), max_model_len=256, kv_cache_memory=16 << 20)
     for method in (llm.embed, llm.encode):

@@ -100,6 +100,12 @@ def test_duplicate_request_id_is_refused(embed_llm) -> None:
     finally:
         engine.abort_request("dup")
     assert not engine.has_unfinished_requests()
+    # add_requests is all or none: a duplicate inside the batch, or one bad input, queues none.
+    with pytest.raises(ValueError, match=r"request id 'x' is already in use"):
+        engine.add_requests([("x", "a", None), ("y", "b", None), ("x", "c", None)])
+    with pytest.raises(ValueError, match=r"token id 99999 is out of vocabulary"):
+        engine.add_requests([("x", "a", None), ("y", [101, 99999, 102], None)])
+    assert not engine.has_unfinished_requests() and not engine.scheduler.has_waiting()
 
 
 def test_step_shape_for_the_async_worker(embed_llm) -> None:
