@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Small versions of the serving benchmarks (about 1-2 minutes): `bench serve` and `bench
 # batching` against the real bundled model behind the Rust frontend, then `bench
-# frontend-overhead` (Rust vs Python frontend, mock engine). Figures are printed against their
+# frontend-overhead` (Rust vs Python frontend, mock engine), then `bench embed` (offline
+# embeddings vs sentence-transformers, 64 sentences). Figures are printed against their
 # targets; timings never fail this script, only crashes and failed requests do.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,4 +36,6 @@ trap - EXIT
 echo "-- bench frontend-overhead (mock engine, Rust vs Python frontend)"
 hybridllm bench frontend-overhead --repeats 1 --concurrency 64 --requests-per-level 1024 \
   --baseline-requests 20 --disable-tqdm --result-json "$out/overhead.json" | tail -n 9
+echo "-- bench embed (LLM.embed vs sentence-transformers, 64 sentences)"
+hybridllm bench embed --num-sentences 64 --rounds 1 --result-json "$out/embed.json" | tail -n 5
 echo "bench smoke: results in $out"

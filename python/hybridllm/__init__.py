@@ -1,8 +1,19 @@
 """hybridllm: OpenAI-compatible LLM inference server (Rust HTTP frontend, Python engine)."""
 
 from hybridllm.entrypoints.llm import LLM
-from hybridllm.outputs import CompletionOutput, RequestOutput
+from hybridllm.outputs import (
+    CompletionOutput,
+    EmbeddingOutput,
+    EmbeddingRequestOutput,
+    PoolingOutput,
+    PoolingRequestOutput,
+    RequestOutput,
+)
+from hybridllm.pooling_params import PoolingParams
 from hybridllm.sampling_params import SamplingParams
 
-__all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput"]
+__all__ = [
+    "LLM", "SamplingParams", "PoolingParams", "RequestOutput", "CompletionOutput",
+    "PoolingRequestOutput", "PoolingOutput", "EmbeddingRequestOutput", "EmbeddingOutput",
+]
 __version__ = "0.1.0"

@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -89,11 +90,24 @@ class EngineArgs:
         return cls(**{k: v for k, v in vars(args).items() if k in names})
 
     def resolve(self) -> EngineConfig:
+        from hybridllm.models.bert_config import BertConfig
         from hybridllm.models.config import LlamaConfig
+        from hybridllm.models.pooler_config import PoolerConfig
         from hybridllm.models.resolve import resolve_model
+        from hybridllm.models.task import get_model_task
 
         folder = resolve_model(self.model)
-        model_cfg = LlamaConfig.from_folder(folder)
+        task = get_model_task(folder)
+        pooler = None
+        if task == "embed":
+            model_cfg: LlamaConfig | BertConfig = BertConfig.from_folder(folder)
+            pooler = PoolerConfig.from_folder(folder)
+            max_positions = model_cfg.max_positions
+            # sentence-transformers' max_seq_length is the model's input limit (as in vLLM).
+            default_len = min(pooler.max_seq_length or max_positions, max_positions)
+        else:
+            model_cfg = LlamaConfig.from_folder(folder)
+            max_positions = default_len = model_cfg.max_position_embeddings
         device = torch.device(
             ("cuda" if torch.cuda.is_available() else "cpu") if self.device == "auto"
             else self.device
@@ -102,17 +116,22 @@ class EngineArgs:
             dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
         else:
             dtype = _DTYPES[self.dtype]
-        max_model_len = self.max_model_len or model_cfg.max_position_embeddings
-        if max_model_len > model_cfg.max_position_embeddings:
+        max_model_len = self.max_model_len or default_len
+        if max_model_len > max_positions:
             raise ValueError(
                 f"max_model_len ({max_model_len}) is larger than the model's "
-                f"max_position_embeddings ({model_cfg.max_position_embeddings})."
+                f"max_position_embeddings ({max_positions})."
             )
         if self.block_size not in (8, 16, 32, 64, 128):
             raise ValueError(f"block_size must be one of 8, 16, 32, 64, 128; got {self.block_size}")
         batched = self.max_num_batched_tokens or (
             2048 if self.enable_chunked_prefill else max(max_model_len, 2048)
         )
+        if task == "embed" and batched < max_model_len:
+            raise ValueError(
+                f"max_num_batched_tokens ({batched}) is smaller than max_model_len "
+                f"({max_model_len}): an encoder input is never split across steps."
+            )
         if not self.enable_chunked_prefill and batched < max_model_len:
             raise ValueError(
                 f"max_num_batched_tokens ({batched}) is smaller than max_model_len "
@@ -132,6 +151,8 @@ class EngineArgs:
             device=device,
             dtype=dtype,
             scheduler=scheduler,
+            task=task,
+            pooler=pooler,
         )
 
 
@@ -139,11 +160,13 @@ class EngineArgs:
 class EngineConfig:
     args: EngineArgs
     model_path: Path
-    model: object  # LlamaConfig (typed loosely to keep this module import-light)
+    model: Any  # LlamaConfig, or BertConfig for embed (typed loosely: import-light module)
     served_model_name: str
     device: torch.device
     dtype: torch.dtype
     scheduler: SchedulerConfig
+    task: str = "generate"  # models.task.ModelTask: "generate" or "embed"
+    pooler: Any = None  # models.pooler_config.PoolerConfig for embed
 
     @property
     def max_model_len(self) -> int:

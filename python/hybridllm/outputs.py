@@ -1,8 +1,12 @@
-"""What the engine returns per request and per generated sequence."""
+"""What the engine returns per request: generated sequences, or a pooled embedding."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 # position -> {token_id: Logprob}; the chosen token is always included.
 LogprobsDict = dict[int, "Logprob"]
@@ -39,3 +43,50 @@ class RequestOutput:
     finished: bool
     num_cached_tokens: int = 0
     metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class PoolingOutput:
+    data: torch.Tensor  # the pooled hidden state of one input: [hidden_size], fp32, on the CPU
+
+
+@dataclass
+class PoolingRequestOutput:
+    """One pooling request's result (vLLM's fields); a pooling request finishes in one step."""
+
+    request_id: str
+    outputs: PoolingOutput
+    prompt_token_ids: list[int]
+    finished: bool
+
+
+@dataclass
+class EmbeddingOutput:
+    embedding: list[float]
+
+    @classmethod
+    def from_base(cls, output: PoolingOutput) -> EmbeddingOutput:
+        if output.data.dim() != 1:
+            raise ValueError(f"an embedding is one vector, got shape {tuple(output.data.shape)}")
+        return cls(output.data.tolist())
+
+    @property
+    def hidden_size(self) -> int:
+        return len(self.embedding)
+
+
+@dataclass
+class EmbeddingRequestOutput:
+    request_id: str
+    outputs: EmbeddingOutput
+    prompt_token_ids: list[int]
+    finished: bool
+
+    @classmethod
+    def from_base(cls, output: PoolingRequestOutput) -> EmbeddingRequestOutput:
+        return cls(
+            output.request_id,
+            EmbeddingOutput.from_base(output.outputs),
+            output.prompt_token_ids,
+            output.finished,
+        )

@@ -1,4 +1,5 @@
-"""A request and its n sequences, as the scheduler and the model runner see them."""
+"""A request and its n sequences, and a pooling (embedding) request, as the schedulers and the
+model runners see them."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from enum import Enum
 import torch
 
 from hybridllm.outputs import LogprobsDict
+from hybridllm.pooling_params import PoolingParams
 from hybridllm.sampling_params import SamplingParams
 
 _seq_ids = itertools.count()
@@ -102,6 +104,27 @@ class Sequence:
         self.num_published_blocks = 0
         self.status = SequenceStatus.WAITING
         self.num_preemptions += 1
+
+
+@dataclass(eq=False)  # identity: queues find and remove a request by itself, not its fields
+class PoolingRequest:
+    """One encoder input: computed whole in a single step (never split), no KV cache kept."""
+
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    params: PoolingParams
+    normalize: bool  # params.normalize, or the model's default where it was None
+    arrival_time: float = field(default_factory=time.monotonic)
+    pooled: torch.Tensor | None = None  # [hidden_size] on the CPU, once its step ran
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def finished(self) -> bool:
+        return self.pooled is not None
 
 
 def make_generator(seed: int | None, index: int) -> torch.Generator | None:

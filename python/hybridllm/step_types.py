@@ -1,6 +1,7 @@
 """Plain data one engine step passes between layers: the schedule (core → executor), what
 attention is told about the flat batch (executor → models → attention → kernels), what the
-sampler picked and how logprobs are reported (sampling ⇄ executor → engine).
+sampler picked and how logprobs are reported (sampling ⇄ executor → engine); the same for a
+pooling step (encoder batch, no KV cache).
 
 A leaf module: it imports no layer of the package, so every layer can use it.
 """
@@ -13,7 +14,7 @@ from typing import Any, Protocol
 import torch
 
 from hybridllm.outputs import Logprob, LogprobsDict
-from hybridllm.sequence import Sequence
+from hybridllm.sequence import PoolingRequest, Sequence
 
 
 @dataclass
@@ -65,6 +66,34 @@ class AttentionMetadata:
     @property
     def is_pure_decode(self) -> bool:
         return self.max_seqlen_q == 1
+
+
+@dataclass
+class EncoderMetadata:
+    """A flat batch of T tokens from B whole sequences, none of them cached: sequence i owns
+    rows cu_seqlens[i]:cu_seqlens[i+1] and attends to all of them (bidirectional)."""
+
+    cu_seqlens: torch.Tensor  # [B + 1] int64, on the model's device
+    seq_lens_host: list[int]
+    cu_seqlens_host: list[int]
+    max_seqlen: int
+    # Per-step work derived once and reused in every layer (the padded layout's index plan).
+    backend_state: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.seq_lens_host)
+
+
+@dataclass
+class PoolingSchedulerOutput:
+    """One pooling step: whole requests, their tokens within the step's token budget."""
+
+    requests: list[PoolingRequest] = field(default_factory=list)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(r.num_tokens for r in self.requests)
 
 
 @dataclass

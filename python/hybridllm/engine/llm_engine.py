@@ -29,6 +29,9 @@ class EngineStats:
 
 class LLMEngine:
     def __init__(self, config: EngineConfig, detokenize: bool = True) -> None:
+        if config.task != "generate":
+            raise ValueError(f"{config.model_path} is an embedding model (task {config.task!r}): "
+                             "run it with PoolingEngine.")
         self.config = config
         self.tokenizer, self.tokenizer_info = load_tokenizer(config.model_path)
         if config.args.mock_engine:

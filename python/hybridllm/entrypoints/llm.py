@@ -1,4 +1,5 @@
-"""The offline `LLM` class: batch generation and chat over an in-process LLMEngine."""
+"""The offline `LLM` class: batch generation and chat over an in-process LLMEngine, or
+embeddings over a PoolingEngine (entrypoints/pooling/offline.py) for an embedding model."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from tqdm import tqdm
 
 from hybridllm.config import EngineArgs
 from hybridllm.engine.llm_engine import LLMEngine
+from hybridllm.engine.pooling_engine import PoolingEngine
+from hybridllm.entrypoints.pooling.offline import PoolingOfflineMixin
 from hybridllm.outputs import RequestOutput
 from hybridllm.sampling_params import SamplingParams
 from hybridllm.text.chat_template import render_chat
@@ -25,10 +28,20 @@ def _is_single_prompt(prompts: Any) -> bool:
 
 
 class OfflineInferenceMixin:
-    """generate() and chat(); needs `self.engine` (an LLMEngine)."""
+    """generate() and chat(); needs `self.engine` (an LLMEngine for a generative model)."""
 
-    engine: LLMEngine
+    engine: LLMEngine | PoolingEngine
     _counter: itertools.count
+
+    def _generate_engine(self, method: str) -> LLMEngine:
+        engine = self.engine
+        if not isinstance(engine, LLMEngine):
+            raise ValueError(
+                f"LLM.{method}() needs a generative model; {engine.config.served_model_name} "
+                f"is an embedding model (task {engine.config.task!r}): use LLM.embed() or "
+                "LLM.encode()."
+            )
+        return engine
 
     def generate(
         self,
@@ -37,6 +50,7 @@ class OfflineInferenceMixin:
         use_tqdm: bool = False,
     ) -> list[RequestOutput]:
         """Run every prompt to completion; outputs come back in input order."""
+        engine = self._generate_engine("generate")
         batch = [prompts] if _is_single_prompt(prompts) else list(prompts)
         if sampling_params is None or isinstance(sampling_params, SamplingParams):
             params = [sampling_params or SamplingParams()] * len(batch)
@@ -50,7 +64,7 @@ class OfflineInferenceMixin:
         ids = []
         for prompt, p in zip(batch, params):
             rid = str(next(self._counter))
-            self.engine.add_request(rid, prompt, p)
+            engine.add_request(rid, prompt, p)
             ids.append(rid)
         return self._run(ids, use_tqdm)
 
@@ -65,8 +79,9 @@ class OfflineInferenceMixin:
         use_tqdm: bool = False,
     ) -> list[RequestOutput]:
         """Apply the chat template (the model's, or `chat_template`) and generate."""
+        engine = self._generate_engine("chat")
         conversations = [messages] if messages and isinstance(messages[0], dict) else messages
-        info = self.engine.tokenizer_info
+        info = engine.tokenizer_info
         template = chat_template or info.chat_template
         if not template:
             raise ValueError("the model has no chat template; pass chat_template=")
@@ -78,31 +93,36 @@ class OfflineInferenceMixin:
                 bos_token=info.bos_token, eos_token=info.eos_token,
             )
             # The template already carries the special tokens.
-            prompts.append(self.engine.tokenizer.encode(text, add_special_tokens=False).ids)
+            prompts.append(engine.tokenizer.encode(text, add_special_tokens=False).ids)
         outputs = self.generate(prompts, sampling_params, use_tqdm)
         return outputs
 
     def _run(self, request_ids: list[str], use_tqdm: bool) -> list[RequestOutput]:
+        engine = self._generate_engine("generate")
         done: dict[str, RequestOutput] = {}
         bar = tqdm(total=len(request_ids), desc="Processed prompts", disable=not use_tqdm)
         try:
-            while self.engine.has_unfinished_requests():
-                for out in self.engine.step():
+            while engine.has_unfinished_requests():
+                for out in engine.step():
                     if out.finished:
                         done[out.request_id] = out
                         bar.update(1)
         finally:
             bar.close()
-            self.engine.abort_request([r for r in request_ids if r not in done])
+            engine.abort_request([r for r in request_ids if r not in done])
         return [done[r] for r in request_ids]
 
 
-class LLM(OfflineInferenceMixin):
-    """An engine in this process: `LLM(model=...)`, then generate() or chat()."""
+class LLM(PoolingOfflineMixin, OfflineInferenceMixin):
+    """An engine in this process: `LLM(model=...)`, then generate() or chat() for a generative
+    model, embed() or encode() for an embedding model (models.task decides which it is)."""
 
     def __init__(self, model: str | None = None, **kwargs: Any) -> None:
         self.engine_args = EngineArgs(model=model, **kwargs)
-        self.engine = LLMEngine.from_engine_args(self.engine_args)
+        config = self.engine_args.resolve()
+        self.engine: LLMEngine | PoolingEngine = (
+            PoolingEngine(config) if config.task == "embed" else LLMEngine(config)
+        )
         self._counter = itertools.count()
 
     def get_tokenizer(self) -> Any:

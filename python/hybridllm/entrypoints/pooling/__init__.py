@@ -1,0 +1,2 @@
+"""Embeddings and pooling entrypoints: the offline LLM's embed()/encode() and the input rules
+an HTTP frontend shares."""
