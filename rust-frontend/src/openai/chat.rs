@@ -29,6 +29,13 @@ pub struct ChatRequest {
     pub add_special_tokens: Option<bool>,
 }
 
+impl super::RequestBody for ChatRequest {
+    const GROUPS: &'static [super::FieldError] = &[
+        super::field_error::<SamplingRequest>,
+        super::field_error::<TemplateArgs>,
+    ];
+}
+
 /// Chat-template inputs, shared with /tokenize.
 #[derive(Debug, Default, Deserialize)]
 pub struct TemplateArgs {

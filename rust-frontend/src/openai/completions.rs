@@ -29,6 +29,10 @@ pub struct CompletionRequest {
     pub add_special_tokens: Option<bool>,
 }
 
+impl super::RequestBody for CompletionRequest {
+    const GROUPS: &'static [super::FieldError] = &[super::field_error::<SamplingRequest>];
+}
+
 enum Prompt {
     Text(String),
     Ids(Vec<u32>),

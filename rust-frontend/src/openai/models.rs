@@ -85,6 +85,10 @@ pub struct TokenizeRequest {
     pub template: TemplateArgs,
 }
 
+impl super::RequestBody for TokenizeRequest {
+    const GROUPS: &'static [super::FieldError] = &[super::field_error::<TemplateArgs>];
+}
+
 pub async fn tokenize(
     State(state): State<Arc<AppState>>,
     JsonBody(req): JsonBody<TokenizeRequest>,
@@ -116,6 +120,8 @@ pub struct DetokenizeRequest {
     pub model: Option<String>,
     pub tokens: Vec<u32>,
 }
+
+impl super::RequestBody for DetokenizeRequest {}
 
 pub async fn detokenize(
     State(state): State<Arc<AppState>>,

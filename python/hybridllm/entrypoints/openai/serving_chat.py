@@ -21,7 +21,6 @@ from hybridllm.entrypoints.openai.logprobs import chat_content, prompt_logprobs
 from hybridllm.entrypoints.openai.protocol import (
     ChatCompletionRequest,
     TemplateArgs,
-    include_usage,
     read_request,
 )
 from hybridllm.entrypoints.openai.sse import ChunkHead, SSEResponse
@@ -79,8 +78,8 @@ async def chat_completions(request: Request) -> Response:
     prompt_len = len(ids)
     events = await generate_many(state, [GenRequest(rid, ids, params, max_tokens)])
     if req.stream:
-        head = ChunkHead(rid, "chat.completion.chunk", created, model,
-                         include_usage(req.stream_options))
+        usage = req.stream_options is not None and req.stream_options.include_usage
+        head = ChunkHead(rid, "chat.completion.chunk", created, model, usage)
 
         async def stream() -> AsyncIterator[Any]:
             for i in range(n):

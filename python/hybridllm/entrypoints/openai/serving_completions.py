@@ -19,7 +19,7 @@ from hybridllm.entrypoints.openai.generate import (
     tokenize,
 )
 from hybridllm.entrypoints.openai.logprobs import CompletionLogprobs, prompt_logprobs
-from hybridllm.entrypoints.openai.protocol import CompletionRequest, include_usage, read_request
+from hybridllm.entrypoints.openai.protocol import CompletionRequest, read_request
 from hybridllm.entrypoints.openai.serving_chat import usage_json
 from hybridllm.entrypoints.openai.sse import ChunkHead, SSEResponse
 from hybridllm.entrypoints.openai.state import check_model, get_state, new_id, now
@@ -88,7 +88,8 @@ async def completions(request: Request) -> Response:
     top_n, want_lp = params.logprobs or 0, params.logprobs is not None
     events = await generate_many(state, gens)
     if req.stream:
-        head = ChunkHead(rid, "text_completion", created, model, include_usage(req.stream_options))
+        usage = req.stream_options is not None and req.stream_options.include_usage
+        head = ChunkHead(rid, "text_completion", created, model, usage)
 
         async def stream() -> AsyncIterator[Any]:
             offsets = [0] * (num_prompts * n)
