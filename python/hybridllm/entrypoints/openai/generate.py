@@ -7,17 +7,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from hybridllm.entrypoints.engine_client import EngineCallError
 from hybridllm.entrypoints.openai.errors import ApiError, from_engine, internal
+from hybridllm.entrypoints.openai.sse import ChunkHead
 from hybridllm.entrypoints.openai.state import AppState
 from hybridllm.entrypoints.openai.validation import GenParams
 from hybridllm.proto import engine_pb2 as pb
-from hybridllm.text.detokenizer import IncrementalDetokenizer
-from hybridllm.text.stop import StopChecker
+from hybridllm.text.sequence_text import SequenceText
 
 logger = logging.getLogger("hybridllm.frontend")
 _RUNNING = pb.FINISH_REASON_UNSPECIFIED
@@ -48,21 +48,33 @@ class Output:
 
 
 Event = pb.PromptInfo | Output
-
-
-class _Seq:
-    def __init__(self, prompt_ids: list[int], p: GenParams) -> None:
-        self.detok = IncrementalDetokenizer(prompt_ids, p.decode)
-        self.stop = StopChecker(p.stop, p.include_stop)
-        self.finished = False
-        self.engine_finished = False
+Events = AsyncIterator[tuple[int, Event]]
 
 
 class GenStream:
-    def __init__(self, state: AppState, req: GenRequest, agen: Any, first: Any, start: float):
-        self.state, self.req, self.agen, self.first = state, req, agen, first
-        self.start, self.last_token = start, None
-        self.seqs = [_Seq(req.prompt_ids, req.params) for _ in range(req.params.n)]
+    """One started engine call: its events; closing it ends the call (and aborts the request
+    if the engine still runs it)."""
+
+    def __init__(self, state: AppState, req: GenRequest) -> None:
+        p, n = req.params, req.params.n
+        self.state, self.req, self.start, self.last_token = state, req, time.monotonic(), None
+        self.texts = [SequenceText(req.prompt_ids, p.decode, p.stop, p.include_stop)
+                      for _ in range(n)]
+        self.finished, self.engine_finished = [False] * n, [False] * n
+        state.metrics.in_flight.inc()
+        sampling = pb.SamplingParams()
+        sampling.CopyFrom(p.sampling)
+        sampling.max_tokens = req.max_tokens
+        self.agen: Any = state.engine.generate(req.request_id, req.prompt_ids, sampling)
+        self.first: pb.GenerateResponse | None = None
+
+    async def next(self, ended: str) -> pb.GenerateResponse:
+        try:
+            return await self.agen.__anext__()
+        except StopAsyncIteration:
+            raise internal(ended) from None
+        except EngineCallError as e:
+            raise from_engine(e.code, e.message) from None
 
     def _process(self, resp: pb.GenerateResponse) -> list[Event]:
         st, tok = self.state, self.state.tokenizer
@@ -75,11 +87,11 @@ class GenStream:
                 st.metrics.itl.observe(now - self.last_token)
             self.last_token = now
         for d in resp.sequences:
-            if d.index >= len(self.seqs):
-                raise internal(f"engine sent unknown sequence index {d.index}")
-            seq, ef = self.seqs[d.index], d.finish_reason
-            seq.engine_finished |= ef != _RUNNING
-            if seq.finished:
+            i, ef = d.index, d.finish_reason
+            if i >= len(self.texts):
+                raise internal(f"engine sent unknown sequence index {i}")
+            self.engine_finished[i] |= ef != _RUNNING
+            if self.finished[i]:
                 continue
             if ef == pb.FINISH_REASON_ERROR:
                 raise internal(resp.error or "engine error")
@@ -88,22 +100,18 @@ class GenStream:
             # The EOS / stop token that ended the sequence is not part of the text.
             drop_last = (ef == pb.FINISH_REASON_STOP and not self.req.params.include_stop
                          and stop_id is not None and ids and ids[-1] == stop_id)
-            text = seq.detok.push(tok, ids[:-1] if drop_last else ids)
-            if ef != _RUNNING:
-                text += seq.detok.flush(tok)
-            text, matched = seq.stop.push(text)
+            text, matched = self.texts[i].push(tok, ids[:-1] if drop_last else ids,
+                                               ef != _RUNNING)
             finish = Finish("stop", matched) if matched is not None else None
-            if finish is None and ef != _RUNNING:
-                text += seq.stop.flush()
-                if ef in _REASONS:
-                    finish = Finish(_REASONS[ef])
-                else:  # a stop token id is reported, EOS is not
-                    eos = st.model_info.eos_token_ids
-                    finish = Finish("stop", None if stop_id in eos else stop_id)
+            if finish is None and ef in _REASONS:
+                finish = Finish(_REASONS[ef])
+            elif finish is None and ef != _RUNNING:  # a stop token id is reported, EOS is not
+                finish = Finish("stop", None if stop_id in st.model_info.eos_token_ids
+                                else stop_id)
             if finish is not None:
-                seq.finished = True
+                self.finished[i] = True
                 st.metrics.request_success.labels(finish.reason).inc()
-            events.append(Output(d.index, text, len(ids), list(d.logprobs), finish))
+            events.append(Output(i, text, len(ids), list(d.logprobs), finish))
         return events
 
     async def events(self) -> AsyncIterator[Event]:
@@ -112,14 +120,9 @@ class GenStream:
             while True:
                 for e in self._process(msg):
                     yield e
-                if all(s.finished for s in self.seqs):
+                if all(self.finished):
                     break
-                try:
-                    msg = await self.agen.__anext__()
-                except StopAsyncIteration:
-                    raise internal("the engine stream ended early") from None
-                except EngineCallError as e:
-                    raise from_engine(e.code, e.message) from None
+                msg = await self.next("the engine stream ended early")
         finally:
             await self.close()
 
@@ -131,39 +134,28 @@ class GenStream:
         self.state.metrics.e2e.observe(time.monotonic() - self.start)
         await agen.aclose()
         # Stop strings end a request the engine still runs: abort it explicitly.
-        if not all(s.engine_finished for s in self.seqs):
+        if not all(self.engine_finished):
             asyncio.ensure_future(self.state.engine.abort([self.req.request_id]))
 
 
 async def generate(state: AppState, req: GenRequest) -> GenStream:
     """Starts the call and waits for its first message, so a rejected request is still an
     HTTP error rather than an error inside a 200 stream."""
-    start = time.monotonic()
-    state.metrics.in_flight.inc()
     if not state.options.disable_log_requests:
         shown = req.prompt_ids[: state.options.max_log_len]
         logger.info("generate request_id=%s prompt_tokens=%d max_tokens=%d n=%d prompt_ids=%s",
                     req.request_id, len(req.prompt_ids), req.max_tokens, req.params.n, shown)
-    sampling = pb.SamplingParams()
-    sampling.CopyFrom(req.params.sampling)
-    sampling.max_tokens = req.max_tokens
-    agen = state.engine.generate(req.request_id, req.prompt_ids, sampling)
+    s = GenStream(state, req)
     try:
-        first = await agen.__anext__()
-    except BaseException as e:
-        state.metrics.in_flight.dec()
-        state.metrics.e2e.observe(time.monotonic() - start)
-        await agen.aclose()
-        if isinstance(e, StopAsyncIteration):
-            raise internal("the engine closed the stream without output") from None
-        if isinstance(e, EngineCallError):
-            raise from_engine(e.code, e.message) from None
+        s.first = await s.next("the engine closed the stream without output")
+    except BaseException:
+        s.engine_finished = [True] * req.params.n  # nothing to abort
+        await s.close()
         raise
-    return GenStream(state, req, agen, first, start)
+    return s
 
 
-async def generate_many(state: AppState, reqs: list[GenRequest]) -> AsyncIterator[
-        tuple[int, Event]]:
+async def generate_many(state: AppState, reqs: list[GenRequest]) -> Events:
     """Starts one call per prompt (all must start) and merges their events by prompt index."""
     streams: list[GenStream] = []
     try:
@@ -176,7 +168,7 @@ async def generate_many(state: AppState, reqs: list[GenRequest]) -> AsyncIterato
     return _merge(streams)
 
 
-async def _merge(streams: list[GenStream]) -> AsyncIterator[tuple[int, Event]]:
+async def _merge(streams: list[GenStream]) -> Events:
     if len(streams) == 1:
         async for e in streams[0].events():
             yield 0, e
@@ -215,3 +207,63 @@ async def _merge(streams: list[GenStream]) -> AsyncIterator[tuple[int, Event]]:
 async def tokenize(state: AppState, text: str, add_special: bool) -> list[int]:
     # Off the event loop: 100k-token prompts take milliseconds.
     return await asyncio.to_thread(state.tokenizer.encode, text, add_special)
+
+
+@dataclass
+class Choice:
+    """One choice of a response, collected from its outputs."""
+
+    text: str = ""
+    tokens: int = 0
+    logprobs: list[pb.PositionLogprobs] = field(default_factory=list)
+    finish: Finish = field(default_factory=lambda: Finish("abort"))
+
+
+def prompt_infos(reqs: list[GenRequest]) -> list[pb.PromptInfo]:
+    """Each prompt's info, its length until the engine's own arrives."""
+    return [pb.PromptInfo(prompt_tokens=len(r.prompt_ids)) for r in reqs]
+
+
+def usage_json(prompts: list[pb.PromptInfo], completion: int) -> dict[str, Any]:
+    prompt = sum(p.prompt_tokens for p in prompts)
+    return {"prompt_tokens": prompt, "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": sum(p.cached_tokens for p in prompts)}}
+
+
+async def collect(events: Events, prompts: list[pb.PromptInfo], n: int) -> list[Choice]:
+    """The choices of a whole response (prompt p's i-th at p * n + i)."""
+    choices = [Choice() for _ in range(len(prompts) * n)]
+    async for p, ev in events:
+        if not isinstance(ev, Output):
+            prompts[p] = ev
+            continue
+        c = choices[p * n + ev.index]
+        c.text += ev.text
+        c.tokens += ev.num_tokens
+        c.logprobs += ev.logprobs
+        if ev.finish is not None:
+            c.finish = ev.finish
+    return choices
+
+
+async def stream_chunks(head: ChunkHead, events: Events, prompts: list[pb.PromptInfo], n: int,
+                        want_lp: bool, first: list[Any],
+                        choice: Callable[[int, Output], Any]) -> AsyncIterator[Any]:
+    """A streamed response: the `first` choices, a chunk per output that carries anything,
+    then the usage if asked for."""
+    for c in first:
+        yield head.chunk([c])
+    completion = 0
+    try:
+        async for p, ev in events:
+            if not isinstance(ev, Output):
+                prompts[p] = ev
+                continue
+            completion += ev.num_tokens
+            if ev.text or ev.finish is not None or (want_lp and ev.logprobs):
+                yield head.chunk([choice(p * n + ev.index, ev)])
+    finally:
+        await events.aclose()  # type: ignore[attr-defined]
+    if head.include_usage:
+        yield head.chunk([], usage_json(prompts, completion))

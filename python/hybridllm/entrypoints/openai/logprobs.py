@@ -39,9 +39,14 @@ class CompletionLogprobs:
         self.text_offset: list[int] = []
         self.offset = offset  # text offset (in bytes, like Rust) of the next token
 
-    def push(self, tok: Tokenizer, p: pb.PositionLogprobs, top_n: int) -> None:
-        if not p.HasField("token"):
-            return
+    def extend(self, tok: Tokenizer, lps: list[pb.PositionLogprobs],
+               top_n: int) -> CompletionLogprobs:
+        for p in lps:
+            if p.HasField("token"):
+                self._push(tok, p, top_n)
+        return self
+
+    def _push(self, tok: Tokenizer, p: pb.PositionLogprobs, top_n: int) -> None:
         t = p.token
         s = tok.token_text(t.token_id)
         self.text_offset.append(self.offset)
@@ -61,7 +66,10 @@ class CompletionLogprobs:
                 "tokens": self.tokens, "top_logprobs": self.top_logprobs}
 
 
-def prompt_logprobs(tok: Tokenizer, lps: list[pb.PositionLogprobs]) -> list[Any]:
+def prompt_logprobs(tok: Tokenizer, lps: Any) -> list[Any] | None:
+    """None when not asked for (no positions)."""
+    if not lps:
+        return None
     out: list[Any] = []
     for i, p in enumerate(lps):
         t = p.token if p.HasField("token") else None
