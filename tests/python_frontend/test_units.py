@@ -30,9 +30,9 @@ def error_of(cls: type[Struct], value: Any) -> ApiError:
 
 @pytest.mark.parametrize("value,param", [
     ({"messages": HI, "temperature": "x"}, "temperature"),
-    ({"messages": HI, "stop_token_ids": [1, -1]}, "stop_token_ids[1]"),
-    ({"messages": HI, "logit_bias": {"7": "x"}}, "logit_bias.7"),
-    ({"messages": HI, "stream_options": {"include_usage": 1}}, "stream_options.include_usage"),
+    ({"messages": HI, "stop_token_ids": [1, -1]}, "stop_token_ids"),  # the field, not its path
+    ({"messages": HI, "logit_bias": {"7": "x"}}, "logit_bias"),
+    ({"messages": HI, "stream_options": {"include_usage": 1}}, "stream_options"),
     ({"messages": HI, "stream_options": [1]}, "stream_options"),  # an object only
     ({"messages": HI, "stream_options": [True, False]}, "stream_options"),
     ({"n": "x", "messages": [], "model": 5}, "n"),  # the first mistyped field in the body

@@ -109,20 +109,23 @@ impl<T: RequestBody> FromRequest<Arc<AppState>> for JsonBody<T> {
             Ok(v) => return Ok(JsonBody(v)),
             Err(e) => (e.path().to_string(), e.into_inner().to_string()),
         };
-        // The mistyped field first in the body (e.g. `max_tokens: invalid type: string "a",
-        // ...`), else serde's error without a field (a missing one).
-        let position = |p: &str| {
+        // The field first in the body of those mistyped is `param` (the message has the path,
+        // e.g. `stop_token_ids[1]: invalid value: ...`); else serde's error has no field (a
+        // missing one).
+        let field = |p: &str| {
             let name = p.split(['.', '[']).next().filter(|n| !n.is_empty())?;
-            fields.keys().position(|k| k == name)
+            Some((fields.keys().position(|k| k == name)?, name.to_string()))
         };
         let first = T::GROUPS
             .iter()
             .filter_map(|read| read(&value))
             .chain([(path, inner.clone())])
-            .filter_map(|(p, m)| Some((position(&p)?, p, m)))
-            .min_by_key(|(i, ..)| *i);
+            .filter_map(|(p, m)| Some((field(&p)?, p, m)))
+            .min_by_key(|((i, _), ..)| *i);
         Err(match first {
-            Some((_, p, m)) => ApiError::bad_param(&p, format!("Invalid request: {p}: {m}")),
+            Some(((_, name), p, m)) => {
+                ApiError::bad_param(&name, format!("Invalid request: {p}: {m}"))
+            }
             None => ApiError::bad(format!("Invalid request: {inner}")),
         })
     }

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic import ValidationError as PydanticError
 from starlette.requests import Request
 
-from hybridllm.entrypoints.openai.errors import ApiError, bad, too_large
+from hybridllm.entrypoints.openai.errors import ApiError, bad
 
 I64 = Annotated[int, Field(strict=True, ge=-(1 << 63), lt=1 << 63)]
 U32 = Annotated[int, Field(strict=True, ge=0, lt=1 << 32)]
@@ -103,14 +103,15 @@ R = TypeVar("R", bound=Struct)
 
 
 async def read_request(request: Request, cls: type[R], limit: int) -> R:
+    too_large = ApiError(413, f"Request body is larger than the limit of {limit} bytes.")
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
-        raise too_large(limit)
+        raise too_large
     body = bytearray()
     async for chunk in request.stream():
         body += chunk
         if len(body) > limit:
-            raise too_large(limit)
+            raise too_large
     return parse_body(cls, bytes(body))
 
 
@@ -126,31 +127,19 @@ def parse_body(cls: type[R], body: bytes) -> R:
     try:
         return cls.model_validate(value)
     except PydanticError as e:
-        raise request_error(list(value), e) from None
+        errors = e.errors()
+    # The first mistyped field in body order is `param`; else a missing one, `param` null.
+    mistyped = [x for x in errors if x["type"] != "missing"]
+    if not mistyped:
+        raise bad(f"Invalid request: {errors[0]['loc'][0]}: {errors[0]['msg']}")
+    first = min(mistyped, key=lambda x: list(value).index(x["loc"][0]))
+    where = ".".join(map(str, first["loc"]))
+    raise bad(f"Invalid request: {where}: {first['msg']}", first["loc"][0])
 
 
 def _too_deep(v: Any, levels: int) -> bool:
-    items = v.values() if isinstance(v, dict) else v if isinstance(v, list) else None
-    if items is None:
+    if not isinstance(v, (dict, list)):
         return False
-    return levels == 0 or any(_too_deep(x, levels - 1) for x in items
-                              if isinstance(x, (dict, list)))
+    return levels == 0 or any(_too_deep(x, levels - 1) for x in
+                              (v.values() if isinstance(v, dict) else v))
 
-
-def request_error(order: list[str], e: PydanticError) -> ApiError:
-    """The first mistyped field in body order (`param`), else a missing one (`param` null)."""
-    errors = [x for x in e.errors() if x["type"] != "missing"]
-    first = min(errors, key=lambda x: order.index(x["loc"][0]), default=None)
-    if first is None:
-        err = e.errors()[0]
-        return bad(f"Invalid request: {path_of(err['loc'])}: {err['msg']}")
-    path = path_of(first["loc"])
-    return bad(f"Invalid request: {path}: {first['msg']}", path)
-
-
-def path_of(loc: tuple[Any, ...]) -> str:
-    """serde_path_to_error's form: `stop_token_ids[0]`, `stream_options.include_usage`."""
-    out = ""
-    for seg in loc:
-        out += f"[{seg}]" if isinstance(seg, int) else f".{seg}" if out else str(seg)
-    return out
