@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hybridllm.entrypoints.engine_client import EngineCallError
-from hybridllm.entrypoints.openai.errors import ApiError, from_engine, internal
-from hybridllm.entrypoints.openai.sse import ChunkHead
+from hybridllm.entrypoints.openai.errors import from_engine, internal
 from hybridllm.entrypoints.openai.state import AppState
 from hybridllm.entrypoints.openai.validation import GenParams
 from hybridllm.proto import engine_pb2 as pb
@@ -57,6 +56,10 @@ class GenStream:
 
     def __init__(self, state: AppState, req: GenRequest) -> None:
         p, n = req.params, req.params.n
+        if not state.options.disable_log_requests:
+            logger.info("generate request_id=%s prompt_tokens=%d max_tokens=%d n=%d "
+                        "prompt_ids=%s", req.request_id, len(req.prompt_ids), req.max_tokens, n,
+                        req.prompt_ids[: state.options.max_log_len])
         self.state, self.req, self.start, self.last_token = state, req, time.monotonic(), None
         self.texts = [SequenceText(req.prompt_ids, p.decode, p.stop, p.include_stop)
                       for _ in range(n)]
@@ -138,68 +141,45 @@ class GenStream:
             asyncio.ensure_future(self.state.engine.abort([self.req.request_id]))
 
 
-async def generate(state: AppState, req: GenRequest) -> GenStream:
-    """Starts the call and waits for its first message, so a rejected request is still an
-    HTTP error rather than an error inside a 200 stream."""
-    if not state.options.disable_log_requests:
-        shown = req.prompt_ids[: state.options.max_log_len]
-        logger.info("generate request_id=%s prompt_tokens=%d max_tokens=%d n=%d prompt_ids=%s",
-                    req.request_id, len(req.prompt_ids), req.max_tokens, req.params.n, shown)
-    s = GenStream(state, req)
-    try:
-        s.first = await s.next("the engine closed the stream without output")
-    except BaseException:
-        s.engine_finished = [True] * req.params.n  # nothing to abort
-        await s.close()
-        raise
-    return s
-
-
-async def generate_many(state: AppState, reqs: list[GenRequest]) -> Events:
-    """Starts one call per prompt (all must start) and merges their events by prompt index."""
+async def generate_many(state: AppState,
+                        reqs: list[GenRequest]) -> tuple[list[pb.PromptInfo], Events]:
+    """Starts one call per prompt and waits for each one's first message, so a rejected
+    request is still an HTTP error rather than an error inside a 200 stream; then merges their
+    events by prompt index. The prompts' info is their lengths until the engine's arrives."""
     streams: list[GenStream] = []
     try:
         for r in reqs:
-            streams.append(await generate(state, r))
+            s = GenStream(state, r)
+            streams.append(s)
+            s.first = await s.next("the engine closed the stream without output")
     except BaseException:
         for s in streams:
+            if s.first is None:  # it never started: nothing to abort
+                s.engine_finished = [True] * len(s.engine_finished)
             await s.close()
         raise
-    return _merge(streams)
+    return [pb.PromptInfo(prompt_tokens=len(r.prompt_ids)) for r in reqs], _merge(streams)
 
 
 async def _merge(streams: list[GenStream]) -> Events:
-    if len(streams) == 1:
-        async for e in streams[0].events():
-            yield 0, e
-        return
-    queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
-    done = object()
-
-    async def pump(i: int, s: GenStream) -> None:
-        try:
-            async for e in s.events():
-                await queue.put((i, e))
-        except ApiError as e:
-            await queue.put((i, e))
-        finally:
-            await queue.put((i, done))
-
-    tasks = [asyncio.ensure_future(pump(i, s)) for i, s in enumerate(streams)]
+    """Each stream's next event is awaited at once; the first to come is passed on."""
+    gens = [s.events() for s in streams]
+    pending = {asyncio.ensure_future(anext(g)): i for i, g in enumerate(gens)}
     try:
-        remaining = len(tasks)
-        while remaining:
-            i, e = await queue.get()
-            if e is done:
-                remaining -= 1
-            elif isinstance(e, ApiError):
-                raise e
-            else:
+        while pending:
+            done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for t in done:
+                i = pending.pop(t)
+                try:
+                    e = t.result()
+                except StopAsyncIteration:
+                    continue
+                pending[asyncio.ensure_future(anext(gens[i]))] = i
                 yield i, e
     finally:
-        for t in tasks:
+        for t in pending:
             t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*pending, return_exceptions=True)
         for s in streams:
             await s.close()
 
@@ -217,11 +197,6 @@ class Choice:
     tokens: int = 0
     logprobs: list[pb.PositionLogprobs] = field(default_factory=list)
     finish: Finish = field(default_factory=lambda: Finish("abort"))
-
-
-def prompt_infos(reqs: list[GenRequest]) -> list[pb.PromptInfo]:
-    """Each prompt's info, its length until the engine's own arrives."""
-    return [pb.PromptInfo(prompt_tokens=len(r.prompt_ids)) for r in reqs]
 
 
 def usage_json(prompts: list[pb.PromptInfo], completion: int) -> dict[str, Any]:
@@ -247,13 +222,18 @@ async def collect(events: Events, prompts: list[pb.PromptInfo], n: int) -> list[
     return choices
 
 
-async def stream_chunks(head: ChunkHead, events: Events, prompts: list[pb.PromptInfo], n: int,
-                        want_lp: bool, first: list[Any],
+async def stream_chunks(head: dict[str, Any], usage: bool, events: Events,
+                        prompts: list[pb.PromptInfo], n: int, want_lp: bool, first: list[Any],
                         choice: Callable[[int, Output], Any]) -> AsyncIterator[Any]:
-    """A streamed response: the `first` choices, a chunk per output that carries anything,
-    then the usage if asked for."""
+    """A streamed response: chunks of `head` (id, object, created, model) with the `first`
+    choices, one per output that carries anything, then the usage if asked for (when every
+    chunk has `usage`, null but on the last)."""
+
+    def chunk(choices: list[Any], u: Any = None) -> dict[str, Any]:
+        return {**head, "choices": choices, **({"usage": u} if usage else {})}
+
     for c in first:
-        yield head.chunk([c])
+        yield chunk([c])
     completion = 0
     try:
         async for p, ev in events:
@@ -262,8 +242,8 @@ async def stream_chunks(head: ChunkHead, events: Events, prompts: list[pb.Prompt
                 continue
             completion += ev.num_tokens
             if ev.text or ev.finish is not None or (want_lp and ev.logprobs):
-                yield head.chunk([choice(p * n + ev.index, ev)])
+                yield chunk([choice(p * n + ev.index, ev)])
     finally:
         await events.aclose()  # type: ignore[attr-defined]
-    if head.include_usage:
-        yield head.chunk([], usage_json(prompts, completion))
+    if usage:
+        yield chunk([], usage_json(prompts, completion))

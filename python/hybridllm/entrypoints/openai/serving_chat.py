@@ -14,14 +14,13 @@ from hybridllm.entrypoints.openai.generate import (
     Output,
     collect,
     generate_many,
-    prompt_infos,
     stream_chunks,
     tokenize,
     usage_json,
 )
 from hybridllm.entrypoints.openai.logprobs import chat_content, prompt_logprobs
 from hybridllm.entrypoints.openai.protocol import ChatCompletionRequest, TemplateArgs, read_request
-from hybridllm.entrypoints.openai.sse import ChunkHead, SSEResponse
+from hybridllm.entrypoints.openai.sse import SSEResponse
 from hybridllm.entrypoints.openai.state import AppState, check_model, get_state, new_id, now
 from hybridllm.entrypoints.openai.validation import fit_max_tokens, validate
 from hybridllm.text.chat_template import (
@@ -68,14 +67,14 @@ async def chat_completions(request: Request) -> Response:
     rid, created, model, n = new_id("chatcmpl"), now(), state.served_names[0], params.n
     top_n, want_lp = params.logprobs or 0, params.logprobs is not None
     gens = [GenRequest(rid, ids, params, max_tokens)]
-    prompts, events = prompt_infos(gens), await generate_many(state, gens)
+    prompts, events = await generate_many(state, gens)
 
     def logprobs(lps: list[Any]) -> Any:
         return {"content": chat_content(state.tokenizer, lps, top_n)} if want_lp else None
 
     if req.stream:
         usage = req.stream_options is not None and req.stream_options.include_usage
-        head = ChunkHead(rid, "chat.completion.chunk", created, model, usage)
+        head = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model}
         first = [{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
                   "finish_reason": None} for i in range(n)]
 
@@ -87,7 +86,7 @@ async def chat_completions(request: Request) -> Response:
                 c["stop_reason"] = ev.finish.stop_reason  # on a choice's last chunk
             return c
 
-        return SSEResponse(stream_chunks(head, events, prompts, n, want_lp, first, choice))
+        return SSEResponse(stream_chunks(head, usage, events, prompts, n, want_lp, first, choice))
 
     choices = await collect(events, prompts, n)
     return json_response({

@@ -15,14 +15,13 @@ from hybridllm.entrypoints.openai.generate import (
     Output,
     collect,
     generate_many,
-    prompt_infos,
     stream_chunks,
     tokenize,
     usage_json,
 )
-from hybridllm.entrypoints.openai.logprobs import CompletionLogprobs, prompt_logprobs
+from hybridllm.entrypoints.openai.logprobs import completion_logprobs, prompt_logprobs
 from hybridllm.entrypoints.openai.protocol import CompletionRequest, read_request
-from hybridllm.entrypoints.openai.sse import ChunkHead, SSEResponse
+from hybridllm.entrypoints.openai.sse import SSEResponse
 from hybridllm.entrypoints.openai.state import check_model, get_state, new_id, now
 from hybridllm.entrypoints.openai.validation import fit_max_tokens, validate
 
@@ -32,12 +31,8 @@ _BAD_PROMPT = ("prompt must be a string, a list of strings, a list of token ids 
                "token id lists.")
 
 
-def _is_u32(x: Any) -> bool:
-    return type(x) is int and 0 <= x < 1 << 32
-
-
 def _ids_of(v: Any) -> list[int]:
-    if not isinstance(v, list) or not all(_is_u32(x) for x in v):
+    if not isinstance(v, list) or not all(type(x) is int and 0 <= x < 1 << 32 for x in v):
         raise bad(_BAD_PROMPT, "prompt")
     return v
 
@@ -85,10 +80,10 @@ async def completions(request: Request) -> Response:
         gens.append(GenRequest(f"{rid}-{i}", ids, params, max_tokens))
     created, model, n, tok = now(), state.served_names[0], params.n, state.tokenizer
     top_n, want_lp = params.logprobs or 0, params.logprobs is not None
-    prompts, events = prompt_infos(gens), await generate_many(state, gens)
+    prompts, events = await generate_many(state, gens)
     if req.stream:
         usage = req.stream_options is not None and req.stream_options.include_usage
-        head = ChunkHead(rid, "text_completion", created, model, usage)
+        head = {"id": rid, "object": "text_completion", "created": created, "model": model}
         offsets = [0] * (len(gens) * n)  # of each choice's next token in its text
         first = [{"index": i, "text": echoes[i // n], "logprobs": None, "finish_reason": None,
                   "stop_reason": None} for i in range(len(gens) * n) if echo]
@@ -96,22 +91,20 @@ async def completions(request: Request) -> Response:
         def choice(i: int, ev: Output) -> Any:
             lps = None
             if want_lp:
-                delta = CompletionLogprobs(offsets[i]).extend(tok, ev.logprobs, top_n)
-                offsets[i], lps = delta.offset, delta.to_json()
+                lps, offsets[i] = completion_logprobs(tok, ev.logprobs, top_n, offsets[i])
             f = ev.finish
             return {"index": i, "text": ev.text, "logprobs": lps,
                     "finish_reason": f.reason if f else None,
                     "stop_reason": f.stop_reason if f else None}
 
-        return SSEResponse(stream_chunks(head, events, prompts, n, want_lp, first, choice))
+        return SSEResponse(stream_chunks(head, usage, events, prompts, n, want_lp, first, choice))
 
     choices = await collect(events, prompts, n)
     return json_response({
         "id": rid, "object": "text_completion", "created": created, "model": model,
         "choices": [{
             "index": i, "text": echoes[i // n] + c.text,
-            "logprobs": CompletionLogprobs().extend(tok, c.logprobs, top_n).to_json()
-            if want_lp else None,
+            "logprobs": completion_logprobs(tok, c.logprobs, top_n)[0] if want_lp else None,
             "finish_reason": c.finish.reason, "stop_reason": c.finish.stop_reason,
             "prompt_logprobs": prompt_logprobs(tok, prompts[i // n].prompt_logprobs),
         } for i, c in enumerate(choices)],

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -15,29 +14,10 @@ from starlette.types import Receive, Scope, Send
 from hybridllm.entrypoints.openai.errors import ApiError
 
 logger = logging.getLogger("hybridllm.frontend")
-DONE = b"data: [DONE]\n\n"
 
 
 def frame(v: Any) -> bytes:
     return b"data: " + orjson.dumps(v) + b"\n\n"
-
-
-@dataclass
-class ChunkHead:
-    """What every streamed chunk of one response repeats."""
-
-    id: str
-    object: str
-    created: int
-    model: str
-    include_usage: bool  # then every chunk carries `usage`: null but on the last
-
-    def chunk(self, choices: list[Any], usage: Any = None) -> dict[str, Any]:
-        c = {"id": self.id, "object": self.object, "created": self.created,
-             "model": self.model, "choices": choices}
-        if self.include_usage:
-            c["usage"] = usage
-        return c
 
 
 class SSEResponse(StreamingResponse):
@@ -64,4 +44,4 @@ async def _frames(chunks: AsyncIterator[Any]) -> AsyncIterator[bytes]:
         yield frame(e.body())
     finally:
         await chunks.aclose()  # type: ignore[attr-defined]
-    yield DONE
+    yield b"data: [DONE]\n\n"
