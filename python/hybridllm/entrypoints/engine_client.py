@@ -84,13 +84,6 @@ class InProcessEngineClient(EngineClient):
         self.servicer = EngineServicer(engine, served_model_name)
         self.mux = EngineMux(partial(GenerateStreamCall.in_process, engine))
 
-    @classmethod
-    def from_engine_args(cls, engine_args: Any) -> InProcessEngineClient:
-        from hybridllm.engine.async_llm_engine import AsyncLLMEngine
-
-        engine = AsyncLLMEngine.from_engine_args(engine_args, detokenize=False)
-        return cls(engine, engine.engine.config.served_model_name)
-
     async def start(self) -> None:
         self.engine.start()
 
@@ -122,8 +115,6 @@ class GrpcEngineClient(EngineClient):
             await self._client.close()
 
     async def _unary(self, method: str, request: Any, timeout: float) -> Any:
-        if self._client is None:
-            raise RuntimeError("GrpcEngineClient.start() was not called")
         try:
             return await getattr(self._client.stub, method)(request, timeout=timeout)
         except grpc.aio.AioRpcError as e:
