@@ -12,6 +12,7 @@ export PATH=$VENV/bin:$PATH
 echo "== lint"
 ruff check python tests bench
 lint-imports --no-cache --no-logo
+python ci/count_fallback_lines.py | tail -n 1  # printed: the Python fallback's own lines
 cargo fmt --all --check
 cargo clippy --release --all-targets -- -D warnings
 python ci/check_rust_modules.py  # no module cycle in the Rust frontend

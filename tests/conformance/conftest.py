@@ -81,7 +81,7 @@ def _start(mode: str, logdir: Path) -> Server:
         procs.append(_spawn([str(BIN / "hybridllm"), "serve", str(MODEL), "--rust-frontend",
                              *ENGINE_FLAGS, *frontend], logdir / "rust.log"))
     else:
-        cmd = [sys.executable, "-m", "hybridllm.entrypoints.openai", "--model", str(MODEL),
+        cmd = [sys.executable, "-m", "hybridllm.cli.main", "serve", "--model", str(MODEL),
                "--disable-log-requests", *ENGINE_FLAGS, *frontend]
         if mode == "py-grpc":
             sock = os.path.join(tempfile.mkdtemp(prefix="hybridllm-conf-"), "engine.sock")

@@ -36,7 +36,7 @@ def route_table(routes: list[Any]) -> set[tuple[str, str]]:
 def python_routes() -> set[tuple[str, str]]:
     """From the FastAPI router itself."""
     from hybridllm.entrypoints.engine_client import GrpcEngineClient
-    from hybridllm.entrypoints.openai import build_app
+    from hybridllm.entrypoints.openai.api_server import build_app
 
     app = build_app(GrpcEngineClient("unix:///nonexistent"))  # no start-up needed
     return route_table(app.routes)

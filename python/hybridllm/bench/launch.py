@@ -86,7 +86,7 @@ class Server:
 def server_argv(kind: str, port: int, engine_flags: list[str],
                 engine_address: str = "") -> list[str]:
     if kind == "python-grpc":
-        return [sys.executable, "-m", "hybridllm.entrypoints.openai", "--host", "127.0.0.1",
+        return [sys.executable, "-m", "hybridllm.cli.main", "serve", "--host", "127.0.0.1",
                 "--port", str(port), "--disable-log-requests", "--connect-engine",
                 engine_address]
     if kind == "rust":  # request logging off, as for the Python servers
@@ -94,7 +94,7 @@ def server_argv(kind: str, port: int, engine_flags: list[str],
                 "--host", "127.0.0.1", "--port", str(port), "--disable-log-requests",
                 *engine_flags]
     if kind == "python":  # what `hybridllm serve` runs without --rust-frontend
-        return [sys.executable, "-m", "hybridllm.entrypoints.openai", "--host", "127.0.0.1",
+        return [sys.executable, "-m", "hybridllm.cli.main", "serve", "--host", "127.0.0.1",
                 "--port", str(port), "--disable-log-requests", *engine_flags]
     raise ValueError(f"unknown frontend {kind!r}")
 

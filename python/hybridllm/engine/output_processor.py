@@ -11,17 +11,16 @@ from tokenizers import Tokenizer as HfTokenizer
 
 from hybridllm.outputs import CompletionOutput, RequestOutput
 from hybridllm.sequence import Request, Sequence
-from hybridllm.text.detokenizer import IncrementalDetokenizer
-from hybridllm.text.stop import StopChecker
+from hybridllm.text.sequence_text import SequenceText
 from hybridllm.text.tokenizer import DecodeOpts, Tokenizer
 
 
-class _TextState:
+class _TextState(SequenceText):
     def __init__(self, seq: Sequence) -> None:
         p = seq.params
         opts = DecodeOpts(p.skip_special_tokens, p.spaces_between_special_tokens)
-        self.detok = IncrementalDetokenizer(seq.request.prompt_token_ids, opts)
-        self.stops = StopChecker(list(p.stop), p.include_stop_str_in_output)
+        super().__init__(seq.request.prompt_token_ids, opts, list(p.stop),
+                         p.include_stop_str_in_output)
         self.text = ""
         self.num_seen = 0
 
@@ -43,23 +42,15 @@ class OutputProcessor:
         state.num_seen += len(new)
         if new and seq.finish_reason == "stop" and not isinstance(seq.stop_reason, str):
             new = new[:-1]  # the EOS / stop token id that ended it is not part of the text
-        emitted, matched = state.stops.push(state.detok.push(self.tokenizer, new))
+        emitted, matched = state.push(self.tokenizer, new, seq.is_finished)
         state.text += emitted
-        if matched is None and seq.is_finished:
-            matched = self._flush(state)
         return matched
 
     def finish_text(self, seq: Sequence) -> None:
         """The sequence ended for its length after its token was added: release what was held."""
         state = self._text.get(seq.seq_id)
         if state is not None:
-            self._flush(state)
-
-    def _flush(self, state: _TextState) -> str | None:
-        """End of the sequence: the detokenizer's and the stop checker's held-back text."""
-        emitted, matched = state.stops.push(state.detok.flush(self.tokenizer))
-        state.text += emitted + (state.stops.flush() if matched is None else "")
-        return matched
+            state.text += state.push(self.tokenizer, [], True)[0]
 
     def text_of(self, seq: Sequence) -> str:
         state = self._text.get(seq.seq_id)

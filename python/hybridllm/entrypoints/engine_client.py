@@ -22,7 +22,11 @@ from hybridllm.server.engine_mux import EngineCallError, EngineMux
 
 
 class EngineClient(abc.ABC):
+    """The worker contract's calls: Generate on one GenerateStream call (`mux`), the others
+    unary; over gRPC or, in-process, straight to the worker's own servicer."""
+
     mux: EngineMux
+    connect_timeout_s = 60.0
 
     @abc.abstractmethod
     async def start(self) -> None:
@@ -31,28 +35,44 @@ class EngineClient(abc.ABC):
     @abc.abstractmethod
     async def close(self) -> None: ...
 
+    @abc.abstractmethod
+    async def _unary(self, method: str, request: Any, timeout: float) -> Any:
+        """Calls `method` of the Engine service; failures raise EngineCallError."""
+
     def generate(self, request_id: str, prompt_ids: list[int],
                  params: pb.SamplingParams) -> AsyncIterator[pb.GenerateResponse]:
         """One message per engine step; closing the iterator early aborts the request."""
         return self.mux.generate(pb.GenerateRequest(
             request_id=request_id, prompt_token_ids=prompt_ids, sampling_params=params))
 
-    @abc.abstractmethod
-    async def abort(self, request_ids: list[str]) -> None: ...
+    async def abort(self, request_ids: list[str]) -> None:
+        with contextlib.suppress(EngineCallError):
+            await self._unary("Abort", pb.AbortRequest(request_ids=request_ids), 5.0)
 
-    @abc.abstractmethod
-    async def health(self) -> bool: ...
+    async def health(self) -> bool:
+        try:
+            r = await self._unary("Health", pb.HealthRequest(), 5.0)
+        except EngineCallError:
+            return False
+        return r.status == pb.HealthResponse.SERVING
 
-    @abc.abstractmethod
-    async def model_info(self) -> pb.ModelInfo: ...
+    async def model_info(self) -> pb.ModelInfo:
+        return await self._unary("GetModelInfo", pb.ModelInfoRequest(), 5.0)
 
-    @abc.abstractmethod
-    async def load(self) -> pb.LoadResponse: ...
+    async def load(self) -> pb.LoadResponse:
+        return await self._unary("GetLoad", pb.LoadRequest(), 2.0)
 
     async def wait_ready(self) -> pb.ModelInfo:
-        """Model facts once the engine answers (a remote worker may still be starting)."""
+        """GetModelInfo, retried while a worker is still starting (like the Rust frontend)."""
         await self.start()
-        return await self.model_info()
+        deadline = time.monotonic() + self.connect_timeout_s
+        while True:
+            try:
+                return await self.model_info()
+            except EngineCallError as e:
+                if time.monotonic() >= deadline:
+                    raise RuntimeError(f"cannot reach the engine: {e.message} ({e.code})") from e
+                await asyncio.sleep(0.25)
 
 
 class InProcessEngineClient(EngineClient):
@@ -64,13 +84,6 @@ class InProcessEngineClient(EngineClient):
         self.servicer = EngineServicer(engine, served_model_name)
         self.mux = EngineMux(partial(GenerateStreamCall.in_process, engine))
 
-    @classmethod
-    def from_engine_args(cls, engine_args: Any) -> InProcessEngineClient:
-        from hybridllm.engine.async_llm_engine import AsyncLLMEngine
-
-        engine = AsyncLLMEngine.from_engine_args(engine_args, detokenize=False)
-        return cls(engine, engine.engine.config.served_model_name)
-
     async def start(self) -> None:
         self.engine.start()
 
@@ -78,19 +91,8 @@ class InProcessEngineClient(EngineClient):
         self.mux.close()
         await self.engine.shutdown()
 
-    async def abort(self, request_ids: list[str]) -> None:
-        for rid in request_ids:
-            self.engine.abort(rid)
-
-    async def health(self) -> bool:
-        r = await self.servicer.Health(pb.HealthRequest(), None)  # type: ignore[arg-type]
-        return r.status == pb.HealthResponse.SERVING
-
-    async def model_info(self) -> pb.ModelInfo:
-        return await self.servicer.GetModelInfo(pb.ModelInfoRequest(), None)  # type: ignore[arg-type]
-
-    async def load(self) -> pb.LoadResponse:
-        return await self.servicer.GetLoad(pb.LoadRequest(), None)  # type: ignore[arg-type]
+    async def _unary(self, method: str, request: Any, timeout: float) -> Any:
+        return await getattr(self.servicer, method)(request, None)
 
 
 class GrpcEngineClient(EngineClient):
@@ -112,39 +114,8 @@ class GrpcEngineClient(EngineClient):
         if self._client is not None:
             await self._client.close()
 
-    async def wait_ready(self) -> pb.ModelInfo:
-        """GetModelInfo, retried while the worker is still starting (like the Rust one)."""
-        await self.start()
-        deadline = time.monotonic() + self.connect_timeout_s
-        while True:
-            try:
-                return await self.model_info()
-            except EngineCallError as e:
-                if time.monotonic() >= deadline:
-                    raise RuntimeError(f"cannot reach the engine: {e.message} ({e.code})") from e
-                await asyncio.sleep(0.25)
-
     async def _unary(self, method: str, request: Any, timeout: float) -> Any:
-        if self._client is None:
-            raise RuntimeError("GrpcEngineClient.start() was not called")
         try:
             return await getattr(self._client.stub, method)(request, timeout=timeout)
         except grpc.aio.AioRpcError as e:
             raise EngineCallError(e.code().name, e.details() or "") from e
-
-    async def abort(self, request_ids: list[str]) -> None:
-        with contextlib.suppress(EngineCallError):
-            await self._unary("Abort", pb.AbortRequest(request_ids=request_ids), 5.0)
-
-    async def health(self) -> bool:
-        try:
-            r = await self._unary("Health", pb.HealthRequest(), 5.0)
-        except EngineCallError:
-            return False
-        return r.status == pb.HealthResponse.SERVING
-
-    async def model_info(self) -> pb.ModelInfo:
-        return await self._unary("GetModelInfo", pb.ModelInfoRequest(), 5.0)
-
-    async def load(self) -> pb.LoadResponse:
-        return await self._unary("GetLoad", pb.LoadRequest(), 2.0)

@@ -3,7 +3,7 @@ use super::aggregate::collect;
 use super::generate::{generate_many, GenRequest};
 use super::logprobs::chat_content;
 use super::prompt::{render_prompt, tokenize, TemplateArgs};
-use super::request::{check_model, JsonBody, StreamOptions};
+use super::request::{check_model, field_error, FieldError, JsonBody, RequestBody, StreamOptions};
 use super::response::{new_id, now, Usage};
 use super::sse::{sse_response, ChunkHead};
 use super::text_deltas::GenEvent;
@@ -30,6 +30,11 @@ pub struct ChatRequest {
     #[serde(flatten)]
     pub template: TemplateArgs,
     pub add_special_tokens: Option<bool>,
+}
+
+impl RequestBody for ChatRequest {
+    const GROUPS: &'static [FieldError] =
+        &[field_error::<SamplingRequest>, field_error::<TemplateArgs>];
 }
 
 /// One choice of a streamed chat chunk.

@@ -3,7 +3,7 @@ use super::aggregate::collect;
 use super::generate::{generate_many, GenRequest};
 use super::logprobs::CompletionLogprobs;
 use super::prompt::tokenize;
-use super::request::{check_model, JsonBody, StreamOptions};
+use super::request::{check_model, field_error, FieldError, JsonBody, RequestBody, StreamOptions};
 use super::response::{new_id, now, Usage};
 use super::sse::{sse_response, ChunkHead};
 use super::text_deltas::GenEvent;
@@ -30,6 +30,10 @@ pub struct CompletionRequest {
     pub stream: Option<bool>,
     pub stream_options: Option<StreamOptions>,
     pub add_special_tokens: Option<bool>,
+}
+
+impl RequestBody for CompletionRequest {
+    const GROUPS: &'static [FieldError] = &[field_error::<SamplingRequest>];
 }
 
 enum Prompt {

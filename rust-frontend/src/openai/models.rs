@@ -1,6 +1,6 @@
 //! GET /v1/models, /health, /version, /metrics and POST /tokenize, /detokenize.
 use super::prompt::{render_prompt, tokenize as encode, TemplateArgs};
-use super::request::{check_model, JsonBody};
+use super::request::{check_model, field_error, FieldError, JsonBody, RequestBody};
 use super::response::new_id;
 use crate::engine_client::pb;
 use crate::errors::ApiError;
@@ -85,6 +85,10 @@ pub struct TokenizeRequest {
     pub template: TemplateArgs,
 }
 
+impl RequestBody for TokenizeRequest {
+    const GROUPS: &'static [FieldError] = &[field_error::<TemplateArgs>];
+}
+
 pub async fn tokenize(
     State(state): State<Arc<AppState>>,
     JsonBody(req): JsonBody<TokenizeRequest>,
@@ -116,6 +120,8 @@ pub struct DetokenizeRequest {
     pub model: Option<String>,
     pub tokens: Vec<u32>,
 }
+
+impl RequestBody for DetokenizeRequest {}
 
 pub async fn detokenize(
     State(state): State<Arc<AppState>>,

@@ -1,18 +1,40 @@
 //! Request intake shared by every endpoint: the JSON body extractor with OpenAI error
 //! bodies, the model-name check and `stream_options`.
-use super::prompt::TemplateArgs;
 use crate::errors::ApiError;
 use crate::state::AppState;
-use crate::validation::SamplingRequest;
 use axum::extract::{FromRequest, Request};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use std::sync::Arc;
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default)]
 pub struct StreamOptions {
-    #[serde(default)]
     pub include_usage: bool,
+}
+
+/// A JSON object only (serde's derive would also read it from the sequence of its fields).
+impl<'de> Deserialize<'de> for StreamOptions {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Fields {
+            #[serde(default)]
+            include_usage: bool,
+        }
+        struct Object;
+        impl<'de> serde::de::Visitor<'de> for Object {
+            type Value = Fields;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Fields, A::Error> {
+                Fields::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+            }
+        }
+        let fields = d.deserialize_map(Object)?;
+        Ok(StreamOptions {
+            include_usage: fields.include_usage,
+        })
+    }
 }
 
 /// An omitted/null model is allowed; any other name must be one of the served names.
@@ -23,11 +45,26 @@ pub fn check_model(state: &AppState, model: &Option<String>) -> Result<(), ApiEr
     }
 }
 
+/// A request body: a JSON object. Its error names the first mistyped field in body order.
+pub trait RequestBody: DeserializeOwned {
+    /// Readers of the `#[serde(flatten)]`ed groups, whose errors serde reports without a path.
+    const GROUPS: &'static [FieldError] = &[];
+}
+
+/// The path and message of the error reading a value as some type, if any.
+pub type FieldError = fn(&serde_json::Value) -> Option<(String, String)>;
+
+pub fn field_error<T: DeserializeOwned>(v: &serde_json::Value) -> Option<(String, String)> {
+    serde_path_to_error::deserialize::<_, T>(v)
+        .err()
+        .map(|e| (e.path().to_string(), e.into_inner().to_string()))
+}
+
 /// JSON body extractor whose failures are OpenAI error bodies (axum's are plain text):
-/// too large -> 413, malformed or mistyped -> 400 with serde's explanation.
+/// too large -> 413, malformed, no object or mistyped -> 400 with serde's explanation.
 pub struct JsonBody<T>(pub T);
 
-impl<T: DeserializeOwned> FromRequest<Arc<AppState>> for JsonBody<T> {
+impl<T: RequestBody> FromRequest<Arc<AppState>> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, ApiError> {
@@ -45,33 +82,33 @@ impl<T: DeserializeOwned> FromRequest<Arc<AppState>> for JsonBody<T> {
             .map_err(|_| ApiError::PayloadTooLarge(limit))?;
         let value: serde_json::Value = serde_json::from_slice(&bytes)
             .map_err(|e| ApiError::bad(format!("Invalid JSON body: {e}")))?;
-        // The path names the offending field (e.g. `max_tokens: invalid type: string "a", ...`).
-        let err = match serde_path_to_error::deserialize(&value) {
+        let Some(fields) = value.as_object() else {
+            return Err(ApiError::bad(
+                "Invalid request: the body must be a JSON object.",
+            ));
+        };
+        let (path, inner) = match serde_path_to_error::deserialize(&value) {
             Ok(v) => return Ok(JsonBody(v)),
-            Err(e) => e,
+            Err(e) => (e.path().to_string(), e.into_inner().to_string()),
         };
-        // `#[serde(flatten)]` hides the field of errors in flattened groups; parsing those
-        // groups alone recovers it.
-        let (path, inner) = match err.path().to_string().as_str() {
-            "." | "" => {
-                flattened_error(&value).unwrap_or(("".into(), err.into_inner().to_string()))
+        // The field first in the body of those mistyped is `param` (the message has the path,
+        // e.g. `stop_token_ids[1]: invalid value: ...`); else serde's error has no field (a
+        // missing one).
+        let field = |p: &str| {
+            let name = p.split(['.', '[']).next().filter(|n| !n.is_empty())?;
+            Some((fields.keys().position(|k| k == name)?, name.to_string()))
+        };
+        let first = T::GROUPS
+            .iter()
+            .filter_map(|read| read(&value))
+            .chain([(path, inner.clone())])
+            .filter_map(|(p, m)| Some((field(&p)?, p, m)))
+            .min_by_key(|((i, _), ..)| *i);
+        Err(match first {
+            Some(((_, name), p, m)) => {
+                ApiError::bad_param(&name, format!("Invalid request: {p}: {m}"))
             }
-            p => (p.to_string(), err.into_inner().to_string()),
-        };
-        Err(match path.as_str() {
-            "" => ApiError::bad(format!("Invalid request: {inner}")),
-            p => ApiError::bad_param(p, format!("Invalid request: {p}: {inner}")),
+            None => ApiError::bad(format!("Invalid request: {inner}")),
         })
     }
-}
-
-fn flattened_error(value: &serde_json::Value) -> Option<(String, String)> {
-    fn try_as<T: DeserializeOwned>(v: &serde_json::Value) -> Option<(String, String)> {
-        serde_path_to_error::deserialize::<_, T>(v)
-            .err()
-            .map(|e| (e.path().to_string(), e.into_inner().to_string()))
-    }
-    try_as::<SamplingRequest>(value)
-        .or_else(|| try_as::<TemplateArgs>(value))
-        .filter(|(p, _)| p != "." && !p.is_empty())
 }

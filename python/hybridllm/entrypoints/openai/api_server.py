@@ -8,7 +8,7 @@ import asyncio
 import hmac
 import logging
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -32,47 +32,35 @@ logger = logging.getLogger("hybridllm.frontend")
 OPEN_PATHS = ("/health", "/version")
 
 
-def key_ok(keys: list[str], header: str | None) -> bool:
-    if header is None or not header.startswith("Bearer "):
-        return False
-    token = header[len("Bearer "):].strip().encode()
-    ok = False
-    for k in keys:  # every key is compared, so timing does not tell which one matched
-        ok |= hmac.compare_digest(k.encode(), token)
-    return ok
-
-
 class AuthMiddleware:
-    """Everything but /health, /version and CORS preflight needs a key when keys are set."""
+    """Everything but /health, /version and CORS preflight needs a key when keys are set
+    (auth.rs); every key is compared, so timing does not tell which one matched."""
 
     def __init__(self, app: ASGIApp, keys: list[str]) -> None:
-        self.app, self.keys = app, keys
+        self.app, self.keys = app, [k.encode() for k in keys]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        header = dict(scope.get("headers", ())).get(b"authorization", b"")
+        token = header[len(b"Bearer "):].strip() if header.startswith(b"Bearer ") else None
         if (scope["type"] != "http" or not self.keys or scope["method"] == "OPTIONS"
-                or scope["path"] in OPEN_PATHS):
-            return await self.app(scope, receive, send)
-        header = dict(scope["headers"]).get(b"authorization")
-        text = header.decode("latin-1") if header is not None else None
-        if key_ok(self.keys, text):
+                or scope["path"] in OPEN_PATHS
+                or token is not None and any([hmac.compare_digest(k, token) for k in self.keys])):
             return await self.app(scope, receive, send)
         await ApiError(401, UNAUTHORIZED).response()(scope, receive, send)
 
 
 async def build_state(engine: EngineClient, options: ServeOptions) -> AppState:
     """Everything that can fail before serving fails here, with a clear message."""
-    override = None
-    if options.chat_template is not None:
-        try:
-            override = Path(options.chat_template).read_text()
-        except OSError as e:
-            raise RuntimeError(f"cannot read chat template {options.chat_template}: {e}") from e
-        compile_template(override)  # a broken one must fail at start-up
     info = await engine.wait_ready()
     tokenizer = Tokenizer(options.tokenizer_path or info.tokenizer_path)
-    template = override if override is not None else (info.chat_template or None)
+    template = info.chat_template or None
+    if options.chat_template is not None:
+        try:
+            template = Path(options.chat_template).read_text()
+        except OSError as e:
+            raise RuntimeError(f"cannot read chat template {options.chat_template}: {e}") from e
     if template is not None:
-        compile_template(template)
+        compile_template(template)  # a broken one must fail at start-up
     names = list(options.served_model_name) or [info.served_model_name or info.model_path]
     max_model_len = options.max_model_len or info.max_model_len
     state = AppState(
@@ -84,12 +72,15 @@ async def build_state(engine: EngineClient, options: ServeOptions) -> AppState:
     return state
 
 
-def build_app(engine: EngineClient, opts: ServeOptions | None = None) -> FastAPI:
+def build_app(engine: EngineClient, opts: ServeOptions | None = None,
+              ready: Callable[[], None] = lambda: None) -> FastAPI:
+    """`ready` is called once the engine answered and the state is built."""
     opts = opts or ServeOptions()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.hybridllm = await build_state(engine, opts)
+        ready()
         try:
             yield
         finally:
@@ -126,55 +117,37 @@ def build_app(engine: EngineClient, opts: ServeOptions | None = None) -> FastAPI
     return app
 
 
-def _engine_client(args: argparse.Namespace) -> EngineClient:
-    from hybridllm.entrypoints.engine_client import GrpcEngineClient, InProcessEngineClient
-
-    if args.connect_engine:
-        return GrpcEngineClient(args.connect_engine, args.engine_connect_timeout)
-    from hybridllm.config import EngineArgs
-
-    args.model = getattr(args, "model", None) or getattr(args, "model_tag", None)
-    engine_args = EngineArgs.from_cli_args(args)
-    if isinstance(engine_args.served_model_name, list):  # nargs="+" here, a str in EngineArgs
-        engine_args.served_model_name = (engine_args.served_model_name or [None])[0]
-    return InProcessEngineClient.from_engine_args(engine_args)
-
-
-def _listener(args: argparse.Namespace) -> socket.socket:
-    if args.listen_fd is not None:
-        sock = socket.socket(fileno=args.listen_fd)
-    else:
-        sock = bind_listen_socket(args.host, args.port)
-    sock.listen(2048)
-    sock.setblocking(False)
-    return sock
-
-
 def run_python_server(args: argparse.Namespace) -> int:
     """Serve the OpenAI API from this process (FastAPI + uvicorn) until SIGTERM/SIGINT."""
     import uvicorn
 
+    from hybridllm.config import EngineArgs
+    from hybridllm.engine.async_llm_engine import AsyncLLMEngine
+    from hybridllm.entrypoints.engine_client import GrpcEngineClient, InProcessEngineClient
+
     options = frontend_options(args)
     # Bind before loading the engine so a busy port fails in a second, not after minutes.
     try:
-        sock = _listener(args)
+        sock = (socket.socket(fileno=args.listen_fd) if args.listen_fd is not None
+                else bind_listen_socket(args.host, args.port))
+        sock.listen(2048)
     except OSError as e:
         print(f"hybridllm serve: cannot listen on {args.host}:{args.port}: {e}", flush=True)
         return 1
-    app = build_app(_engine_client(args), options)
-    config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False,
+    if args.connect_engine:
+        engine: EngineClient = GrpcEngineClient(args.connect_engine, args.engine_connect_timeout)
+    else:
+        llm = AsyncLLMEngine.from_engine_args(EngineArgs.from_cli_args(args), detokenize=False)
+        engine = InProcessEngineClient(llm, llm.engine.config.served_model_name)
+
+    def ready() -> None:  # the socket listens already: connections wait for uvicorn's accept
+        host, port = sock.getsockname()[:2]
+        shown = f"[{host}]" if ":" in host else host
+        print(f"hybridllm: serving the OpenAI API on http://{shown}:{port}", flush=True)
+
+    config = uvicorn.Config(build_app(engine, options, ready), log_level="warning",
+                            lifespan="on", access_log=False,
                             timeout_graceful_shutdown=int(options.shutdown_timeout_s) or None)
     server = uvicorn.Server(config)
-
-    async def main() -> int:
-        task = asyncio.ensure_future(server.serve(sockets=[sock]))
-        while not server.started and not task.done():
-            await asyncio.sleep(0.05)
-        if server.started:
-            host, port = sock.getsockname()[:2]
-            shown = f"[{host}]" if ":" in host else host
-            print(f"hybridllm: serving the OpenAI API on http://{shown}:{port}", flush=True)
-        await task
-        return 0 if server.started else 1
-
-    return asyncio.run(main())
+    asyncio.run(server.serve(sockets=[sock]))
+    return 0 if server.started else 1

@@ -47,14 +47,6 @@ def internal(message: str) -> ApiError:
     return ApiError(500, message)
 
 
-def model_not_found(model: str) -> ApiError:
-    return ApiError(404, f"The model `{model}` does not exist.")
-
-
-def too_large(limit: int) -> ApiError:
-    return ApiError(413, f"Request body is larger than the limit of {limit} bytes.")
-
-
 def from_engine(code: str, message: str) -> ApiError:
     """Maps a gRPC status code name (e.g. "INVALID_ARGUMENT") like ApiError::from_status."""
     if code in ("INVALID_ARGUMENT", "OUT_OF_RANGE", "FAILED_PRECONDITION"):

@@ -1,4 +1,4 @@
-"""One HTTP request = one engine Generate stream per prompt (generate.rs): token deltas become
+"""One HTTP request = one engine request per prompt (generate.rs): token deltas become
 text deltas per sequence (incremental detokenization, stop strings, finish reasons), and the
 engine call lives exactly as long as its consumer; closing it early aborts the request."""
 
@@ -7,17 +7,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from hybridllm.entrypoints.engine_client import EngineCallError
-from hybridllm.entrypoints.openai.errors import ApiError, from_engine, internal
+from hybridllm.entrypoints.openai.errors import from_engine, internal
 from hybridllm.entrypoints.openai.state import AppState
 from hybridllm.entrypoints.openai.validation import GenParams
 from hybridllm.proto import engine_pb2 as pb
-from hybridllm.text.detokenizer import IncrementalDetokenizer
-from hybridllm.text.stop import StopChecker
+from hybridllm.text.sequence_text import SequenceText
 
 logger = logging.getLogger("hybridllm.frontend")
 _RUNNING = pb.FINISH_REASON_UNSPECIFIED
@@ -48,21 +47,37 @@ class Output:
 
 
 Event = pb.PromptInfo | Output
-
-
-class _Seq:
-    def __init__(self, prompt_ids: list[int], p: GenParams) -> None:
-        self.detok = IncrementalDetokenizer(prompt_ids, p.decode)
-        self.stop = StopChecker(p.stop, p.include_stop)
-        self.finished = False
-        self.engine_finished = False
+Events = AsyncIterator[tuple[int, Event]]
 
 
 class GenStream:
-    def __init__(self, state: AppState, req: GenRequest, agen: Any, first: Any, start: float):
-        self.state, self.req, self.agen, self.first = state, req, agen, first
-        self.start, self.last_token = start, None
-        self.seqs = [_Seq(req.prompt_ids, req.params) for _ in range(req.params.n)]
+    """One started engine call: its events; closing it ends the call (and aborts the request
+    if the engine still runs it)."""
+
+    def __init__(self, state: AppState, req: GenRequest) -> None:
+        p, n = req.params, req.params.n
+        if not state.options.disable_log_requests:
+            logger.info("generate request_id=%s prompt_tokens=%d max_tokens=%d n=%d "
+                        "prompt_ids=%s", req.request_id, len(req.prompt_ids), req.max_tokens, n,
+                        req.prompt_ids[: state.options.max_log_len])
+        self.state, self.req, self.start, self.last_token = state, req, time.monotonic(), None
+        self.texts = [SequenceText(req.prompt_ids, p.decode, p.stop, p.include_stop)
+                      for _ in range(n)]
+        self.finished, self.engine_finished = [False] * n, [False] * n
+        state.metrics.in_flight.inc()
+        sampling = pb.SamplingParams()
+        sampling.CopyFrom(p.sampling)
+        sampling.max_tokens = req.max_tokens
+        self.agen: Any = state.engine.generate(req.request_id, req.prompt_ids, sampling)
+        self.first: pb.GenerateResponse | None = None
+
+    async def next(self, ended: str) -> pb.GenerateResponse:
+        try:
+            return await self.agen.__anext__()
+        except StopAsyncIteration:
+            raise internal(ended) from None
+        except EngineCallError as e:
+            raise from_engine(e.code, e.message) from None
 
     def _process(self, resp: pb.GenerateResponse) -> list[Event]:
         st, tok = self.state, self.state.tokenizer
@@ -75,11 +90,11 @@ class GenStream:
                 st.metrics.itl.observe(now - self.last_token)
             self.last_token = now
         for d in resp.sequences:
-            if d.index >= len(self.seqs):
-                raise internal(f"engine sent unknown sequence index {d.index}")
-            seq, ef = self.seqs[d.index], d.finish_reason
-            seq.engine_finished |= ef != _RUNNING
-            if seq.finished:
+            i, ef = d.index, d.finish_reason
+            if i >= len(self.texts):
+                raise internal(f"engine sent unknown sequence index {i}")
+            self.engine_finished[i] |= ef != _RUNNING
+            if self.finished[i]:
                 continue
             if ef == pb.FINISH_REASON_ERROR:
                 raise internal(resp.error or "engine error")
@@ -88,22 +103,18 @@ class GenStream:
             # The EOS / stop token that ended the sequence is not part of the text.
             drop_last = (ef == pb.FINISH_REASON_STOP and not self.req.params.include_stop
                          and stop_id is not None and ids and ids[-1] == stop_id)
-            text = seq.detok.push(tok, ids[:-1] if drop_last else ids)
-            if ef != _RUNNING:
-                text += seq.detok.flush(tok)
-            text, matched = seq.stop.push(text)
+            text, matched = self.texts[i].push(tok, ids[:-1] if drop_last else ids,
+                                               ef != _RUNNING)
             finish = Finish("stop", matched) if matched is not None else None
-            if finish is None and ef != _RUNNING:
-                text += seq.stop.flush()
-                if ef in _REASONS:
-                    finish = Finish(_REASONS[ef])
-                else:  # a stop token id is reported, EOS is not
-                    eos = st.model_info.eos_token_ids
-                    finish = Finish("stop", None if stop_id in eos else stop_id)
+            if finish is None and ef in _REASONS:
+                finish = Finish(_REASONS[ef])
+            elif finish is None and ef != _RUNNING:  # a stop token id is reported, EOS is not
+                finish = Finish("stop", None if stop_id in st.model_info.eos_token_ids
+                                else stop_id)
             if finish is not None:
-                seq.finished = True
+                self.finished[i] = True
                 st.metrics.request_success.labels(finish.reason).inc()
-            events.append(Output(d.index, text, len(ids), list(d.logprobs), finish))
+            events.append(Output(i, text, len(ids), list(d.logprobs), finish))
         return events
 
     async def events(self) -> AsyncIterator[Event]:
@@ -112,14 +123,9 @@ class GenStream:
             while True:
                 for e in self._process(msg):
                     yield e
-                if all(s.finished for s in self.seqs):
+                if all(self.finished):
                     break
-                try:
-                    msg = await self.agen.__anext__()
-                except StopAsyncIteration:
-                    raise internal("the engine stream ended early") from None
-                except EngineCallError as e:
-                    raise from_engine(e.code, e.message) from None
+                msg = await self.next("the engine stream ended early")
         finally:
             await self.close()
 
@@ -131,83 +137,49 @@ class GenStream:
         self.state.metrics.e2e.observe(time.monotonic() - self.start)
         await agen.aclose()
         # Stop strings end a request the engine still runs: abort it explicitly.
-        if not all(s.engine_finished for s in self.seqs):
+        if not all(self.engine_finished):
             asyncio.ensure_future(self.state.engine.abort([self.req.request_id]))
 
 
-async def generate(state: AppState, req: GenRequest) -> GenStream:
-    """Starts the call and waits for its first message, so a rejected request is still an
-    HTTP error rather than an error inside a 200 stream."""
-    start = time.monotonic()
-    state.metrics.in_flight.inc()
-    if not state.options.disable_log_requests:
-        shown = req.prompt_ids[: state.options.max_log_len]
-        logger.info("generate request_id=%s prompt_tokens=%d max_tokens=%d n=%d prompt_ids=%s",
-                    req.request_id, len(req.prompt_ids), req.max_tokens, req.params.n, shown)
-    sampling = pb.SamplingParams()
-    sampling.CopyFrom(req.params.sampling)
-    sampling.max_tokens = req.max_tokens
-    agen = state.engine.generate(req.request_id, req.prompt_ids, sampling)
-    try:
-        first = await agen.__anext__()
-    except BaseException as e:
-        state.metrics.in_flight.dec()
-        state.metrics.e2e.observe(time.monotonic() - start)
-        await agen.aclose()
-        if isinstance(e, StopAsyncIteration):
-            raise internal("the engine closed the stream without output") from None
-        if isinstance(e, EngineCallError):
-            raise from_engine(e.code, e.message) from None
-        raise
-    return GenStream(state, req, agen, first, start)
-
-
-async def generate_many(state: AppState, reqs: list[GenRequest]) -> AsyncIterator[
-        tuple[int, Event]]:
-    """Starts one call per prompt (all must start) and merges their events by prompt index."""
+async def generate_many(state: AppState,
+                        reqs: list[GenRequest]) -> tuple[list[pb.PromptInfo], Events]:
+    """Starts one call per prompt and waits for each one's first message, so a rejected
+    request is still an HTTP error rather than an error inside a 200 stream; then merges their
+    events by prompt index. The prompts' info is their lengths until the engine's arrives."""
     streams: list[GenStream] = []
     try:
         for r in reqs:
-            streams.append(await generate(state, r))
+            s = GenStream(state, r)
+            streams.append(s)
+            s.first = await s.next("the engine closed the stream without output")
     except BaseException:
         for s in streams:
+            if s.first is None:  # it never started: nothing to abort
+                s.engine_finished = [True] * len(s.engine_finished)
             await s.close()
         raise
-    return _merge(streams)
+    return [pb.PromptInfo(prompt_tokens=len(r.prompt_ids)) for r in reqs], _merge(streams)
 
 
-async def _merge(streams: list[GenStream]) -> AsyncIterator[tuple[int, Event]]:
-    if len(streams) == 1:
-        async for e in streams[0].events():
-            yield 0, e
-        return
-    queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
-    done = object()
-
-    async def pump(i: int, s: GenStream) -> None:
-        try:
-            async for e in s.events():
-                await queue.put((i, e))
-        except ApiError as e:
-            await queue.put((i, e))
-        finally:
-            await queue.put((i, done))
-
-    tasks = [asyncio.ensure_future(pump(i, s)) for i, s in enumerate(streams)]
+async def _merge(streams: list[GenStream]) -> Events:
+    """Each stream's next event is awaited at once; the first to come is passed on."""
+    gens = [s.events() for s in streams]
+    pending = {asyncio.ensure_future(anext(g)): i for i, g in enumerate(gens)}
     try:
-        remaining = len(tasks)
-        while remaining:
-            i, e = await queue.get()
-            if e is done:
-                remaining -= 1
-            elif isinstance(e, ApiError):
-                raise e
-            else:
+        while pending:
+            done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for t in done:
+                i = pending.pop(t)
+                try:
+                    e = t.result()
+                except StopAsyncIteration:
+                    continue
+                pending[asyncio.ensure_future(anext(gens[i]))] = i
                 yield i, e
     finally:
-        for t in tasks:
+        for t in pending:
             t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*pending, return_exceptions=True)
         for s in streams:
             await s.close()
 
@@ -215,3 +187,63 @@ async def _merge(streams: list[GenStream]) -> AsyncIterator[tuple[int, Event]]:
 async def tokenize(state: AppState, text: str, add_special: bool) -> list[int]:
     # Off the event loop: 100k-token prompts take milliseconds.
     return await asyncio.to_thread(state.tokenizer.encode, text, add_special)
+
+
+@dataclass
+class Choice:
+    """One choice of a response, collected from its outputs."""
+
+    text: str = ""
+    tokens: int = 0
+    logprobs: list[pb.PositionLogprobs] = field(default_factory=list)
+    finish: Finish = field(default_factory=lambda: Finish("abort"))
+
+
+def usage_json(prompts: list[pb.PromptInfo], completion: int) -> dict[str, Any]:
+    prompt = sum(p.prompt_tokens for p in prompts)
+    return {"prompt_tokens": prompt, "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": sum(p.cached_tokens for p in prompts)}}
+
+
+async def collect(events: Events, prompts: list[pb.PromptInfo], n: int) -> list[Choice]:
+    """The choices of a whole response (prompt p's i-th at p * n + i)."""
+    choices = [Choice() for _ in range(len(prompts) * n)]
+    async for p, ev in events:
+        if not isinstance(ev, Output):
+            prompts[p] = ev
+            continue
+        c = choices[p * n + ev.index]
+        c.text += ev.text
+        c.tokens += ev.num_tokens
+        c.logprobs += ev.logprobs
+        if ev.finish is not None:
+            c.finish = ev.finish
+    return choices
+
+
+async def stream_chunks(head: dict[str, Any], usage: bool, events: Events,
+                        prompts: list[pb.PromptInfo], n: int, want_lp: bool, first: list[Any],
+                        choice: Callable[[int, Output], Any]) -> AsyncIterator[Any]:
+    """A streamed response: chunks of `head` (id, object, created, model) with the `first`
+    choices, one per output that carries anything, then the usage if asked for (when every
+    chunk has `usage`, null but on the last)."""
+
+    def chunk(choices: list[Any], u: Any = None) -> dict[str, Any]:
+        return {**head, "choices": choices, **({"usage": u} if usage else {})}
+
+    for c in first:
+        yield chunk([c])
+    completion = 0
+    try:
+        async for p, ev in events:
+            if not isinstance(ev, Output):
+                prompts[p] = ev
+                continue
+            completion += ev.num_tokens
+            if ev.text or ev.finish is not None or (want_lp and ev.logprobs):
+                yield chunk([choice(p * n + ev.index, ev)])
+    finally:
+        await events.aclose()  # type: ignore[attr-defined]
+    if usage:
+        yield chunk([], usage_json(prompts, completion))

@@ -21,47 +21,35 @@ def _entry(tok: Tokenizer, t: pb.TokenLogprob) -> dict[str, Any]:
 
 
 def chat_content(tok: Tokenizer, lps: list[pb.PositionLogprobs], top_n: int) -> list[Any]:
-    out = []
+    return [{**_entry(tok, p.token), "top_logprobs": [_entry(tok, x) for x in list(p.top)[:top_n]]}
+            for p in lps if p.HasField("token")]
+
+
+def completion_logprobs(tok: Tokenizer, lps: list[pb.PositionLogprobs], top_n: int,
+                        offset: int = 0) -> tuple[dict[str, Any], int]:
+    """The legacy arrays, and the text offset (in bytes, like Rust) after their tokens."""
+    out: dict[str, list[Any]] = {"text_offset": [], "token_logprobs": [], "tokens": [],
+                                 "top_logprobs": []}
     for p in lps:
         if not p.HasField("token"):
             continue
-        e = _entry(tok, p.token)
-        e["top_logprobs"] = [_entry(tok, x) for x in list(p.top)[:top_n]]
-        out.append(e)
-    return out
-
-
-class CompletionLogprobs:
-    def __init__(self, offset: int = 0) -> None:
-        self.tokens: list[str] = []
-        self.token_logprobs: list[Any] = []
-        self.top_logprobs: list[Any] = []
-        self.text_offset: list[int] = []
-        self.offset = offset  # text offset (in bytes, like Rust) of the next token
-
-    def push(self, tok: Tokenizer, p: pb.PositionLogprobs, top_n: int) -> None:
-        if not p.HasField("token"):
-            return
-        t = p.token
-        s = tok.token_text(t.token_id)
-        self.text_offset.append(self.offset)
-        self.offset += len(s.encode())
+        t, s = p.token, tok.token_text(p.token.token_id)
+        out["text_offset"].append(offset)
+        offset += len(s.encode())
         nan = math.isnan(t.logprob)
-        self.token_logprobs.append(None if nan else finite(t.logprob))
-        top: dict[str, Any] = {}
-        for x in list(p.top)[:top_n]:
-            top[tok.token_text(x.token_id)] = finite(x.logprob)
+        out["token_logprobs"].append(None if nan else finite(t.logprob))
+        top = {tok.token_text(x.token_id): finite(x.logprob) for x in list(p.top)[:top_n]}
         if top_n > 0:
             top.setdefault(s, finite(t.logprob))  # vLLM always lists the sampled token
-        self.top_logprobs.append(None if nan else top)
-        self.tokens.append(s)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"text_offset": self.text_offset, "token_logprobs": self.token_logprobs,
-                "tokens": self.tokens, "top_logprobs": self.top_logprobs}
+        out["top_logprobs"].append(None if nan else top)
+        out["tokens"].append(s)
+    return out, offset
 
 
-def prompt_logprobs(tok: Tokenizer, lps: list[pb.PositionLogprobs]) -> list[Any]:
+def prompt_logprobs(tok: Tokenizer, lps: Any) -> list[Any] | None:
+    """None when not asked for (no positions)."""
+    if not lps:
+        return None
     out: list[Any] = []
     for i, p in enumerate(lps):
         t = p.token if p.HasField("token") else None

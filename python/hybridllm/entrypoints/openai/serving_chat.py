@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter
@@ -11,20 +10,17 @@ from starlette.responses import Response
 
 from hybridllm.entrypoints.openai.errors import bad, json_response
 from hybridllm.entrypoints.openai.generate import (
-    Finish,
     GenRequest,
     Output,
+    collect,
     generate_many,
+    stream_chunks,
     tokenize,
+    usage_json,
 )
 from hybridllm.entrypoints.openai.logprobs import chat_content, prompt_logprobs
-from hybridllm.entrypoints.openai.protocol import (
-    ChatCompletionRequest,
-    TemplateArgs,
-    include_usage,
-    read_request,
-)
-from hybridllm.entrypoints.openai.sse import ChunkHead, SSEResponse
+from hybridllm.entrypoints.openai.protocol import ChatCompletionRequest, TemplateArgs, read_request
+from hybridllm.entrypoints.openai.sse import SSEResponse
 from hybridllm.entrypoints.openai.state import AppState, check_model, get_state, new_id, now
 from hybridllm.entrypoints.openai.validation import fit_max_tokens, validate
 from hybridllm.text.chat_template import (
@@ -35,11 +31,6 @@ from hybridllm.text.chat_template import (
 )
 
 router = APIRouter()
-
-
-def usage_json(prompt: int, completion: int, cached: int) -> dict[str, Any]:
-    return {"prompt_tokens": prompt, "completion_tokens": completion,
-            "total_tokens": prompt + completion, "prompt_tokens_details": {"cached_tokens": cached}}
 
 
 def render_prompt(state: AppState, messages: list[Any], t: TemplateArgs, default_agp: bool) -> str:
@@ -73,69 +64,38 @@ async def chat_completions(request: Request) -> Response:
     prompt = render_prompt(state, req.messages, req, not req.continue_final_message)
     ids = await tokenize(state, prompt, bool(req.add_special_tokens))
     max_tokens = fit_max_tokens(len(ids), params.max_tokens, state.max_model_len)
-    rid = new_id("chatcmpl")
-    created, model, n = now(), state.served_names[0], params.n
+    rid, created, model, n = new_id("chatcmpl"), now(), state.served_names[0], params.n
     top_n, want_lp = params.logprobs or 0, params.logprobs is not None
-    prompt_len = len(ids)
-    events = await generate_many(state, [GenRequest(rid, ids, params, max_tokens)])
+    gens = [GenRequest(rid, ids, params, max_tokens)]
+    prompts, events = await generate_many(state, gens)
+
+    def logprobs(lps: list[Any]) -> Any:
+        return {"content": chat_content(state.tokenizer, lps, top_n)} if want_lp else None
+
     if req.stream:
-        head = ChunkHead(rid, "chat.completion.chunk", created, model,
-                         include_usage(req.stream_options))
+        usage = req.stream_options is not None and req.stream_options.include_usage
+        head = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model}
+        first = [{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                  "finish_reason": None} for i in range(n)]
 
-        async def stream() -> AsyncIterator[Any]:
-            for i in range(n):
-                yield head.chunk([{"index": i, "delta": {"role": "assistant", "content": ""},
-                                   "logprobs": None, "finish_reason": None}])
-            prompt_tokens, cached, completion = prompt_len, 0, 0
-            try:
-                async for _, ev in events:
-                    if not isinstance(ev, Output):
-                        prompt_tokens, cached = ev.prompt_tokens, ev.cached_tokens
-                        continue
-                    completion += ev.num_tokens
-                    if not ev.text and ev.finish is None and (not ev.logprobs or not want_lp):
-                        continue
-                    lpj = ({"content": chat_content(state.tokenizer, ev.logprobs, top_n)}
-                           if want_lp else None)
-                    delta = {} if not ev.text and ev.finish else {"content": ev.text}
-                    c: dict[str, Any] = {"index": ev.index, "delta": delta, "logprobs": lpj,
-                                         "finish_reason": ev.finish.reason if ev.finish else None}
-                    if ev.finish:
-                        c["stop_reason"] = ev.finish.stop_reason  # on a choice's last chunk
-                    yield head.chunk([c])
-            finally:
-                await events.aclose()  # type: ignore[attr-defined]
-            if head.include_usage:
-                yield head.chunk([], usage_json(prompt_tokens, completion, cached))
+        def choice(i: int, ev: Output) -> Any:
+            c = {"index": i, "delta": {} if not ev.text and ev.finish else {"content": ev.text},
+                 "logprobs": logprobs(ev.logprobs),
+                 "finish_reason": ev.finish.reason if ev.finish else None}
+            if ev.finish:
+                c["stop_reason"] = ev.finish.stop_reason  # on a choice's last chunk
+            return c
 
-        return SSEResponse(stream())
+        return SSEResponse(stream_chunks(head, usage, events, prompts, n, want_lp, first, choice))
 
-    texts, lps, tokens = [""] * n, [[] for _ in range(n)], [0] * n
-    finishes: list[Finish | None] = [None] * n
-    prompt_tokens, cached, prompt_lps = prompt_len, 0, None
-    async for _, ev in events:
-        if not isinstance(ev, Output):
-            prompt_tokens, cached = ev.prompt_tokens, ev.cached_tokens
-            if len(ev.prompt_logprobs):
-                prompt_lps = prompt_logprobs(state.tokenizer, list(ev.prompt_logprobs))
-            continue
-        texts[ev.index] += ev.text
-        tokens[ev.index] += ev.num_tokens
-        if want_lp:
-            lps[ev.index].extend(chat_content(state.tokenizer, ev.logprobs, top_n))
-        if ev.finish is not None:
-            finishes[ev.index] = ev.finish
-    choices = []
-    for i in range(n):
-        f = finishes[i] or Finish("abort")
-        choices.append({
-            "index": i,
-            "message": {"role": "assistant", "content": texts[i], "tool_calls": []},
-            "logprobs": {"content": lps[i]} if want_lp else None,
-            "finish_reason": f.reason, "stop_reason": f.stop_reason,
-        })
+    choices = await collect(events, prompts, n)
     return json_response({
         "id": rid, "object": "chat.completion", "created": created, "model": model,
-        "choices": choices, "usage": usage_json(prompt_tokens, sum(tokens), cached),
-        "prompt_logprobs": prompt_lps,
+        "choices": [{
+            "index": i, "message": {"role": "assistant", "content": c.text, "tool_calls": []},
+            "logprobs": logprobs(c.logprobs), "finish_reason": c.finish.reason,
+            "stop_reason": c.finish.stop_reason,
+        } for i, c in enumerate(choices)],
+        "usage": usage_json(prompts, sum(c.tokens for c in choices)),
+        "prompt_logprobs": prompt_logprobs(state.tokenizer, prompts[0].prompt_logprobs),
     })

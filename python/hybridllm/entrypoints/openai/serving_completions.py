@@ -3,7 +3,6 @@ list of them."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter
@@ -12,16 +11,17 @@ from starlette.responses import Response
 
 from hybridllm.entrypoints.openai.errors import bad, json_response
 from hybridllm.entrypoints.openai.generate import (
-    Finish,
     GenRequest,
     Output,
+    collect,
     generate_many,
+    stream_chunks,
     tokenize,
+    usage_json,
 )
-from hybridllm.entrypoints.openai.logprobs import CompletionLogprobs, prompt_logprobs
-from hybridllm.entrypoints.openai.protocol import CompletionRequest, include_usage, read_request
-from hybridllm.entrypoints.openai.serving_chat import usage_json
-from hybridllm.entrypoints.openai.sse import ChunkHead, SSEResponse
+from hybridllm.entrypoints.openai.logprobs import completion_logprobs, prompt_logprobs
+from hybridllm.entrypoints.openai.protocol import CompletionRequest, read_request
+from hybridllm.entrypoints.openai.sse import SSEResponse
 from hybridllm.entrypoints.openai.state import check_model, get_state, new_id, now
 from hybridllm.entrypoints.openai.validation import fit_max_tokens, validate
 
@@ -31,12 +31,8 @@ _BAD_PROMPT = ("prompt must be a string, a list of strings, a list of token ids 
                "token id lists.")
 
 
-def _is_u32(x: Any) -> bool:
-    return type(x) is int and 0 <= x < 1 << 32
-
-
 def _ids_of(v: Any) -> list[int]:
-    if not isinstance(v, list) or not all(_is_u32(x) for x in v):
+    if not isinstance(v, list) or not all(type(x) is int and 0 <= x < 1 << 32 for x in v):
         raise bad(_BAD_PROMPT, "prompt")
     return v
 
@@ -82,77 +78,35 @@ async def completions(request: Request) -> Response:
         max_tokens = fit_max_tokens(len(ids), params.max_tokens, state.max_model_len)
         echoes.append(text if echo else "")
         gens.append(GenRequest(f"{rid}-{i}", ids, params, max_tokens))
-    n, num_prompts = params.n, len(gens)
-    prompt_lens = [len(g.prompt_ids) for g in gens]
-    created, model = now(), state.served_names[0]
+    created, model, n, tok = now(), state.served_names[0], params.n, state.tokenizer
     top_n, want_lp = params.logprobs or 0, params.logprobs is not None
-    events = await generate_many(state, gens)
+    prompts, events = await generate_many(state, gens)
     if req.stream:
-        head = ChunkHead(rid, "text_completion", created, model, include_usage(req.stream_options))
+        usage = req.stream_options is not None and req.stream_options.include_usage
+        head = {"id": rid, "object": "text_completion", "created": created, "model": model}
+        offsets = [0] * (len(gens) * n)  # of each choice's next token in its text
+        first = [{"index": i, "text": echoes[i // n], "logprobs": None, "finish_reason": None,
+                  "stop_reason": None} for i in range(len(gens) * n) if echo]
 
-        async def stream() -> AsyncIterator[Any]:
-            offsets = [0] * (num_prompts * n)
-            if echo:
-                for p, text in enumerate(echoes):
-                    for j in range(n):
-                        yield head.chunk([{"index": p * n + j, "text": text, "logprobs": None,
-                                           "finish_reason": None, "stop_reason": None}])
-            prompt_tokens, cached, completion = list(prompt_lens), 0, 0
-            try:
-                async for p, ev in events:
-                    if not isinstance(ev, Output):
-                        prompt_tokens[p] = ev.prompt_tokens
-                        cached += ev.cached_tokens
-                        continue
-                    completion += ev.num_tokens
-                    ci = p * n + ev.index
-                    if not ev.text and ev.finish is None and (not ev.logprobs or not want_lp):
-                        continue
-                    lpj = None
-                    if want_lp:
-                        delta = CompletionLogprobs(offsets[ci])
-                        for x in ev.logprobs:
-                            delta.push(state.tokenizer, x, top_n)
-                        offsets[ci] = delta.offset
-                        lpj = delta.to_json()
-                    f = ev.finish
-                    yield head.chunk([{"index": ci, "text": ev.text, "logprobs": lpj,
-                                       "finish_reason": f.reason if f else None,
-                                       "stop_reason": f.stop_reason if f else None}])
-            finally:
-                await events.aclose()  # type: ignore[attr-defined]
-            if head.include_usage:
-                yield head.chunk([], usage_json(sum(prompt_tokens), completion, cached))
+        def choice(i: int, ev: Output) -> Any:
+            lps = None
+            if want_lp:
+                lps, offsets[i] = completion_logprobs(tok, ev.logprobs, top_n, offsets[i])
+            f = ev.finish
+            return {"index": i, "text": ev.text, "logprobs": lps,
+                    "finish_reason": f.reason if f else None,
+                    "stop_reason": f.stop_reason if f else None}
 
-        return SSEResponse(stream())
+        return SSEResponse(stream_chunks(head, usage, events, prompts, n, want_lp, first, choice))
 
-    total = num_prompts * n
-    texts = [echoes[i // n] for i in range(total)]
-    lps = [CompletionLogprobs() for _ in range(total)]
-    tokens, finishes = [0] * total, [None] * total
-    prompt_tokens, cached, prompt_lps = list(prompt_lens), 0, [None] * num_prompts
-    async for p, ev in events:
-        if not isinstance(ev, Output):
-            prompt_tokens[p] = ev.prompt_tokens
-            cached += ev.cached_tokens
-            if len(ev.prompt_logprobs):
-                prompt_lps[p] = prompt_logprobs(state.tokenizer, list(ev.prompt_logprobs))
-            continue
-        ci = p * n + ev.index
-        texts[ci] += ev.text
-        tokens[ci] += ev.num_tokens
-        for x in ev.logprobs:
-            lps[ci].push(state.tokenizer, x, top_n)
-        if ev.finish is not None:
-            finishes[ci] = ev.finish  # type: ignore[call-overload]
-    choices = []
-    for i in range(total):
-        f: Finish = finishes[i] or Finish("abort")
-        choices.append({"index": i, "text": texts[i],
-                        "logprobs": lps[i].to_json() if want_lp else None,
-                        "finish_reason": f.reason, "stop_reason": f.stop_reason,
-                        "prompt_logprobs": prompt_lps[i // n]})
+    choices = await collect(events, prompts, n)
     return json_response({
         "id": rid, "object": "text_completion", "created": created, "model": model,
-        "choices": choices, "usage": usage_json(sum(prompt_tokens), sum(tokens), cached),
+        "choices": [{
+            "index": i, "text": echoes[i // n] + c.text,
+            "logprobs": completion_logprobs(tok, c.logprobs, top_n)[0] if want_lp else None,
+            "finish_reason": c.finish.reason, "stop_reason": c.finish.stop_reason,
+            "prompt_logprobs": prompt_logprobs(tok, prompts[i // n].prompt_logprobs),
+        } for i, c in enumerate(choices)],
+        "usage": usage_json(prompts, sum(c.tokens for c in choices)),
     })

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from starlette.requests import Request
 
 from hybridllm.entrypoints.engine_client import EngineClient
-from hybridllm.entrypoints.openai.errors import model_not_found
+from hybridllm.entrypoints.openai.errors import ApiError
 from hybridllm.entrypoints.openai.metrics import Metrics
 from hybridllm.entrypoints.rust_frontend import ServeOptions
 from hybridllm.proto import engine_pb2 as pb
@@ -41,7 +41,7 @@ def new_id(prefix: str) -> str:
 def check_model(state: AppState, model: str | None) -> None:
     """An omitted/null model is allowed; any other name must be one of the served names."""
     if model is not None and model not in state.served_names:
-        raise model_not_found(model)
+        raise ApiError(404, f"The model `{model}` does not exist.")
 
 
 def get_state(request: Request) -> AppState:

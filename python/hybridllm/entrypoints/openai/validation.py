@@ -41,13 +41,6 @@ def _range(name: str, x: float | None, lo: float, hi: float, lo_open: bool = Fal
                   f"got {_num(x)}.", name)
 
 
-def _stop_list(v: object) -> list[str]:
-    stops = [] if v is None else [v] if isinstance(v, str) else v
-    if not isinstance(stops, list) or not all(isinstance(x, str) for x in stops):
-        raise bad("stop must be a string or a list of strings.", "stop")
-    return stops
-
-
 def validate(req: SamplingRequest, logprobs: int | None, vocab_size: int) -> GenParams:
     n = 1 if req.n is None else req.n
     if not 1 <= n <= 128:
@@ -94,34 +87,23 @@ def validate(req: SamplingRequest, logprobs: int | None, vocab_size: int) -> Gen
         stop_token_ids=req.stop_token_ids or [], ignore_eos=req.ignore_eos, logprobs=logprobs,
         prompt_logprobs=req.prompt_logprobs, logit_bias=bias,
     )
-    return GenParams(
-        sampling=sampling,
-        n=n,
-        max_tokens=max_tokens,
-        stop=_stop_list(req.stop),
-        include_stop=bool(req.include_stop_str_in_output),
-        decode=DecodeOpts(
-            skip_special_tokens=req.skip_special_tokens is not False,
-            spaces_between_special_tokens=req.spaces_between_special_tokens is not False,
-        ),
-        logprobs=logprobs,
-    )
+    stop = [] if req.stop is None else [req.stop] if isinstance(req.stop, str) else req.stop
+    if not isinstance(stop, list) or not all(isinstance(x, str) for x in stop):
+        raise bad("stop must be a string or a list of strings.", "stop")
+    decode = DecodeOpts(req.skip_special_tokens is not False,
+                        req.spaces_between_special_tokens is not False)
+    return GenParams(sampling, n, max_tokens, stop,
+                     bool(req.include_stop_str_in_output), decode, logprobs)
 
 
-def fit_max_tokens(prompt_len: int, max_tokens: int | None, max_model_len: int) -> int:
+def fit_max_tokens(prompt_len: int, max_tokens: int | None, limit: int) -> int:
     """Checks prompt + completion against the context window; returns max_tokens to send."""
-    limit = max_model_len
+    asked = f"This model's maximum context length is {limit} tokens. However, you requested"
+    if max_tokens is None and prompt_len >= limit:
+        raise bad(f"{asked} {prompt_len} tokens in the messages, Please reduce the length of the "
+                  "messages.")
     if max_tokens is not None and prompt_len + max_tokens > limit:
-        raise bad(
-            f"This model's maximum context length is {limit} tokens. However, you requested "
-            f"{prompt_len + max_tokens} tokens ({prompt_len} in the messages, {max_tokens} in "
-            "the completion). Please reduce the length of the messages or completion."
-        )
-    if max_tokens is not None:
-        return max_tokens
-    if prompt_len >= limit:
-        raise bad(
-            f"This model's maximum context length is {limit} tokens. However, you requested "
-            f"{prompt_len} tokens in the messages, Please reduce the length of the messages."
-        )
-    return limit - prompt_len
+        raise bad(f"{asked} {prompt_len + max_tokens} tokens ({prompt_len} in the messages, "
+                  f"{max_tokens} in the completion). Please reduce the length of the messages or "
+                  "completion.")
+    return limit - prompt_len if max_tokens is None else max_tokens
