@@ -7,11 +7,10 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
-from tqdm import tqdm
-
 from hybridllm.config import EngineArgs
 from hybridllm.engine.llm_engine import LLMEngine
 from hybridllm.engine.pooling_engine import PoolingEngine
+from hybridllm.entrypoints.offline_loop import run_to_completion
 from hybridllm.entrypoints.pooling.offline import PoolingOfflineMixin
 from hybridllm.outputs import RequestOutput
 from hybridllm.sampling_params import SamplingParams
@@ -98,19 +97,7 @@ class OfflineInferenceMixin:
         return outputs
 
     def _run(self, request_ids: list[str], use_tqdm: bool) -> list[RequestOutput]:
-        engine = self._generate_engine("generate")
-        done: dict[str, RequestOutput] = {}
-        bar = tqdm(total=len(request_ids), desc="Processed prompts", disable=not use_tqdm)
-        try:
-            while engine.has_unfinished_requests():
-                for out in engine.step():
-                    if out.finished:
-                        done[out.request_id] = out
-                        bar.update(1)
-        finally:
-            bar.close()
-            engine.abort_request([r for r in request_ids if r not in done])
-        return [done[r] for r in request_ids]
+        return run_to_completion(self._generate_engine("generate"), request_ids, use_tqdm)
 
 
 class LLM(PoolingOfflineMixin, OfflineInferenceMixin):

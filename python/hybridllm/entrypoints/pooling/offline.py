@@ -7,10 +7,9 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
-from tqdm import tqdm
-
 from hybridllm.engine.llm_engine import LLMEngine
 from hybridllm.engine.pooling_engine import PoolingEngine
+from hybridllm.entrypoints.offline_loop import run_to_completion
 from hybridllm.entrypoints.pooling.inputs import parse_embedding_inputs
 from hybridllm.outputs import EmbeddingRequestOutput, PoolingRequestOutput
 from hybridllm.pooling_params import PoolingParams
@@ -82,7 +81,7 @@ class PoolingOfflineMixin:
             requests.append((str(next(self._counter)), prompt, dataclasses.replace(p, **changes)))
         engine.add_requests(requests)  # all or none: a refused call leaves nothing queued
         ids = [rid for rid, _, _ in requests]
-        return _run(engine, ids, use_tqdm)
+        return run_to_completion(engine, ids, use_tqdm)
 
 
 def _params_per_input(
@@ -103,19 +102,3 @@ def _params_per_input(
     raise ValueError(
         f"pooling_params: give one PoolingParams, or a list of one per input ({n}); got {got}."
     )
-
-
-def _run(
-    engine: PoolingEngine, request_ids: list[str], use_tqdm: bool
-) -> list[PoolingRequestOutput]:
-    done: dict[str, PoolingRequestOutput] = {}
-    bar = tqdm(total=len(request_ids), desc="Processed prompts", disable=not use_tqdm)
-    try:
-        while engine.has_unfinished_requests():
-            for out in engine.step():
-                done[out.request_id] = out
-                bar.update(1)
-    finally:
-        bar.close()
-        engine.abort_request([r for r in request_ids if r not in done])
-    return [done[r] for r in request_ids]
