@@ -1,6 +1,8 @@
-//! What the HTTP side needs from the engine worker to generate: start a request and read its
-//! responses. `EngineMux` implements it over gRPC; tests implement it with scripted responses.
+//! What the HTTP side needs from the engine worker: generate (start a request and read its
+//! responses) and embed. `EngineMux` implements it over gRPC; tests implement it with
+//! scripted responses.
 use crate::engine_client::pb;
+use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
 use tonic::Status;
 
@@ -12,4 +14,9 @@ pub trait Engine: Send + Sync {
     /// Starts the request. Dropping the stream before its last response aborts the request
     /// in the worker (client gone, stop string matched).
     fn generate(&self, req: pb::GenerateRequest) -> ResponseStream;
+
+    /// The embeddings of the request's inputs, in input order. Dropping the future cancels
+    /// the call, which frees the inputs that have not run yet.
+    fn embed(&self, req: pb::EmbedRequest)
+        -> BoxFuture<'static, Result<pb::EmbedResponse, Status>>;
 }

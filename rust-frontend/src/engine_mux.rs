@@ -171,6 +171,16 @@ impl Engine for EngineMux {
     fn generate(&self, req: pb::GenerateRequest) -> ResponseStream {
         Box::pin(self.submit(req))
     }
+
+    /// A unary call per HTTP request: the worker batches the inputs of every call in its
+    /// engine steps, so nothing is gained by sharing a stream, and cancelling is the drop.
+    fn embed(
+        &self,
+        req: pb::EmbedRequest,
+    ) -> futures_util::future::BoxFuture<'static, Result<pb::EmbedResponse, Status>> {
+        let mut client = self.client.clone();
+        Box::pin(async move { client.embed(req).await.map(tonic::Response::into_inner) })
+    }
 }
 
 /// One request's responses. Dropped before the engine finished it (client gone, stop

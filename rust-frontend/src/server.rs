@@ -67,6 +67,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(openai::chat::handle))
         .route("/v1/completions", post(openai::completions::handle))
+        .route("/v1/embeddings", post(openai::embeddings::handle))
         .route("/v1/models", get(openai::models::models))
         .route("/health", get(openai::models::health))
         .route("/version", get(openai::models::version))

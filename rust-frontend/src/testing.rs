@@ -91,6 +91,7 @@ impl Script {
 pub struct FakeEngine {
     scripts: Mutex<VecDeque<Script>>,
     pub requests: Mutex<Vec<pb::GenerateRequest>>,
+    pub embeds: Mutex<Vec<pb::EmbedRequest>>,
     aborted: Arc<Mutex<Vec<String>>>,
 }
 
@@ -125,6 +126,22 @@ impl Engine for FakeEngine {
         };
         self.requests.lock().unwrap().push(req);
         Box::pin(stream)
+    }
+
+    /// Each input's vector is [its length, its first id, 0.5].
+    fn embed(
+        &self,
+        req: pb::EmbedRequest,
+    ) -> futures_util::future::BoxFuture<'static, Result<pb::EmbedResponse, Status>> {
+        let embeddings = req
+            .inputs
+            .iter()
+            .map(|i| pb::Embedding {
+                values: vec![i.token_ids.len() as f32, i.token_ids[0] as f32, 0.5],
+            })
+            .collect();
+        self.embeds.lock().unwrap().push(req);
+        Box::pin(async move { Ok(pb::EmbedResponse { embeddings }) })
     }
 }
 
@@ -263,6 +280,14 @@ pub fn state(engine: Arc<FakeEngine>) -> Arc<AppState> {
         metrics: Metrics::new(),
         created: 0,
     })
+}
+
+/// `state` for an embedding model whose vectors have 3 dimensions (FakeEngine::embed's).
+pub fn embed_state(engine: Arc<FakeEngine>) -> Arc<AppState> {
+    let mut st = Arc::try_unwrap(state(engine)).ok().expect("a fresh state");
+    st.model_info.kind = pb::model_info::Kind::Embed as i32;
+    st.model_info.hidden_size = 3;
+    Arc::new(st)
 }
 
 /// POSTs `body` to the router; the response as it would go out.

@@ -73,20 +73,22 @@ def _spawn(argv: list[str], log: Path) -> subprocess.Popen:
     return subprocess.Popen(argv, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env)
 
 
-def _start(mode: str, logdir: Path) -> Server:
+def _start(mode: str, logdir: Path, model: Path = MODEL,
+           flags: list[str] = ENGINE_FLAGS) -> Server:
+    """`mode`'s server of `model` with the engine `flags`, not yet waited for."""
     port = _free_port()
     frontend = ["--host", "127.0.0.1", "--port", str(port), "--api-key", API_KEY]
     procs = []
     if mode == "rust":
-        procs.append(_spawn([str(BIN / "hybridllm"), "serve", str(MODEL), "--rust-frontend",
-                             *ENGINE_FLAGS, *frontend], logdir / "rust.log"))
+        procs.append(_spawn([str(BIN / "hybridllm"), "serve", str(model), "--rust-frontend",
+                             *flags, *frontend], logdir / "rust.log"))
     else:
-        cmd = [sys.executable, "-m", "hybridllm.cli.main", "serve", "--model", str(MODEL),
-               "--disable-log-requests", *ENGINE_FLAGS, *frontend]
+        cmd = [sys.executable, "-m", "hybridllm.cli.main", "serve", "--model", str(model),
+               "--disable-log-requests", *flags, *frontend]
         if mode == "py-grpc":
             sock = os.path.join(tempfile.mkdtemp(prefix="hybridllm-conf-"), "engine.sock")
-            procs.append(_spawn([str(BIN / "hybridllm"), "worker", "--model", str(MODEL),
-                                 "--engine-address", f"unix://{sock}", *ENGINE_FLAGS],
+            procs.append(_spawn([str(BIN / "hybridllm"), "worker", "--model", str(model),
+                                 "--engine-address", f"unix://{sock}", *flags],
                                 logdir / "worker.log"))
             cmd += ["--connect-engine", f"unix://{sock}"]
         procs.append(_spawn(cmd, logdir / f"{mode}.log"))
@@ -108,13 +110,11 @@ def _wait(server: Server, deadline: float, logdir: Path) -> None:
     raise RuntimeError(f"{server.mode} frontend did not become healthy\n{logs}")
 
 
-@pytest.fixture(scope="session")
-def servers(
-    tmp_path_factory: pytest.TempPathFactory, model_path: Path
-) -> Iterator[dict[str, Server]]:
-    assert model_path == MODEL.resolve()
+def start_all(tmp_path_factory: pytest.TempPathFactory, model: Path,
+              flags: list[str]) -> Iterator[dict[str, Server]]:
+    """The three frontends of `model`, loaded in parallel; stopped when the caller is done."""
     logdirs = {m: tmp_path_factory.mktemp(m) for m in MODES}
-    started = {m: _start(m, logdirs[m]) for m in MODES}  # all load in parallel
+    started = {m: _start(m, logdirs[m], model, flags) for m in MODES}
     try:
         deadline = time.monotonic() + 240
         for m, s in started.items():
@@ -125,8 +125,16 @@ def servers(
             s.stop()
 
 
+@pytest.fixture(scope="session")
+def servers(
+    tmp_path_factory: pytest.TempPathFactory, model_path: Path
+) -> Iterator[dict[str, Server]]:
+    assert model_path == MODEL.resolve()
+    yield from start_all(tmp_path_factory, MODEL, ENGINE_FLAGS)
+
+
 # Per-request random values; everything else must match.
-_ID = re.compile(r"(chatcmpl|cmpl|modelperm)-[0-9a-f]{32}(-\d+)?")
+_ID = re.compile(r"(chatcmpl|cmpl|embd|modelperm)-[0-9a-f]{32}(-\d+)?")
 
 
 def normalise(value: Any) -> Any:

@@ -1,4 +1,5 @@
-"""Offline embeddings: LLM.embed against sentence-transformers' encode, same run.
+"""`hybridllm bench embed`: offline LLM.embed against sentence-transformers' encode, same run;
+then served /v1/embeddings, Rust frontend vs Python fallback (bench/embed_serve.py).
 
 The same sentences of mixed lengths (a few words to past the model's 256-token limit, so a few
 are truncated on both sides) go through both, timed from strings to normalized arrays with the
@@ -33,6 +34,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         help="torch intra-op threads for both (default: torch's choice).")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip-st", action="store_true", help="Only measure hybridllm.")
+    parser.add_argument("--skip-offline", action="store_true")
+    parser.add_argument("--serve-requests", type=int, default=2000,
+                        help="Requests per round against the mock pooling runner (0: skip).")
+    parser.add_argument("--serve-real-requests", type=int, default=300,
+                        help="Requests per round against the real model (0: skip).")
+    parser.add_argument("--serve-concurrency", type=int, default=32)
+    parser.add_argument("--serve-rounds", type=int, default=3)
+    parser.add_argument("--mock-step-ms", type=float, default=1.0,
+                        help="The mock pooling runner's step time.")
     parser.add_argument("--result-json", default=None)
     parser.set_defaults(func=run)
 
@@ -70,6 +80,43 @@ def padding_fraction(lengths: list[int], sentences: list[str], batch: int) -> fl
 
 
 def run(args: argparse.Namespace) -> int:
+    from hybridllm.models.resolve import resolve_model
+
+    folder = str(resolve_model(args.model))
+    sentences = make_sentences(vocabulary_words(folder), args.num_sentences, args.seed)
+    result: dict = {}
+    if not args.skip_offline:
+        result["offline"] = offline(args, sentences)
+    if args.serve_requests or args.serve_real_requests:
+        result["served"] = served(args, folder, sentences)
+    if args.result_json:
+        with open(args.result_json, "w") as f:
+            json.dump(result, f, indent=2)
+    failed = sum(res[k]["failed"] for res in result.get("served", {}).values()
+                 if isinstance(res, dict) for k in ("rust", "python"))
+    return 1 if failed else 0
+
+
+def served(args: argparse.Namespace, folder: str, sentences: list[str]) -> dict:
+    from hybridllm.bench import embed_serve
+
+    def cycle(n: int) -> list[str]:
+        return [sentences[i % len(sentences)] for i in range(n)]
+
+    out: dict = {}
+    if args.serve_requests:
+        out["mock"] = embed_serve.measure(
+            folder, cycle(args.serve_requests), args.serve_concurrency, args.serve_rounds,
+            ["--mock-engine", "--mock-step-ms", str(args.mock_step_ms)], "mock")
+    if args.serve_real_requests:
+        out["real"] = embed_serve.measure(
+            folder, cycle(args.serve_real_requests), args.serve_concurrency,
+            args.serve_rounds, [], "real")
+    embed_serve.report(out.get("mock"), out.get("real"), args.serve_concurrency)
+    return out
+
+
+def offline(args: argparse.Namespace, sentences: list[str]) -> dict:
     import numpy as np
     import torch
 
@@ -79,7 +126,6 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     llm = LLM(model=args.model)
     folder = str(llm.engine.config.model_path)
-    sentences = make_sentences(vocabulary_words(folder), args.num_sentences, args.seed)
     llm.embed(sentences[:8], truncate_prompt_tokens=-1)  # warm-up
 
     def ours() -> np.ndarray:
@@ -131,7 +177,4 @@ def run(args: argparse.Namespace) -> int:
     print("rounds (wall s): " + "; ".join(
         f"{name} " + ", ".join(f"{t.wall:.2f}" for t in ts) for name, ts in times.items() if ts
     ))
-    if args.result_json:
-        with open(args.result_json, "w") as f:
-            json.dump(result, f, indent=2)
-    return 0
+    return result

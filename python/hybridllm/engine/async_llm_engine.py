@@ -28,7 +28,9 @@ from typing import Protocol
 
 from hybridllm.config import EngineArgs
 from hybridllm.engine.llm_engine import LLMEngine
-from hybridllm.outputs import RequestOutput
+from hybridllm.engine.pooling_engine import PoolingEngine
+from hybridllm.outputs import PoolingRequestOutput, RequestOutput
+from hybridllm.pooling_params import PoolingParams
 from hybridllm.sampling_params import SamplingParams
 from hybridllm.sequence import Request
 
@@ -36,7 +38,7 @@ from hybridllm.sequence import Request
 _FAIL_AT_STEP = int(os.environ.get("HYBRIDLLM_TEST_FAIL_AT_STEP", "0"))
 
 # One request's output of a step, or the exception that ended it.
-StepItem = tuple[str, "RequestOutput | BaseException"]
+StepItem = tuple[str, "RequestOutput | PoolingRequestOutput | BaseException"]
 
 
 class StepConsumer(Protocol):
@@ -47,7 +49,8 @@ class StepConsumer(Protocol):
 
 
 # ("add", request_id, prompt, params, consumer) or ("abort", request_id, None, None, None)
-_Op = tuple[str, str, "str | list[int] | None", "SamplingParams | None", "StepConsumer | None"]
+_Params = SamplingParams | PoolingParams
+_Op = tuple[str, str, "str | list[int] | None", "_Params | None", "StepConsumer | None"]
 
 
 class EngineDeadError(RuntimeError):
@@ -55,7 +58,10 @@ class EngineDeadError(RuntimeError):
 
 
 class AsyncLLMEngine:
-    def __init__(self, engine: LLMEngine) -> None:
+    """Drives either engine: LLMEngine (generate; SamplingParams) or PoolingEngine (embed;
+    PoolingParams), which share the add/abort/step_requests/make_outputs shape."""
+
+    def __init__(self, engine: LLMEngine | PoolingEngine) -> None:
         self.engine = engine
         self._consumers: dict[str, StepConsumer] = {}  # engine-thread side only
         self._outbox: list[Callable[[], None]] = []  # engine thread -> event loop, batched
@@ -71,7 +77,11 @@ class AsyncLLMEngine:
 
     @classmethod
     def from_engine_args(cls, args: EngineArgs, detokenize: bool = False) -> AsyncLLMEngine:
-        return cls(LLMEngine.from_engine_args(args, detokenize=detokenize))
+        """The engine the model's task calls for (models.task)."""
+        config = args.resolve()
+        if config.task == "embed":
+            return cls(PoolingEngine(config))
+        return cls(LLMEngine(config, detokenize=detokenize))
 
     def start(self) -> None:
         if self._thread is None:
@@ -80,7 +90,7 @@ class AsyncLLMEngine:
             self._thread.start()
 
     def add_request(
-        self, request_id: str, prompt: str | list[int], params: SamplingParams,
+        self, request_id: str, prompt: str | list[int], params: SamplingParams | PoolingParams,
         consumer: StepConsumer,
     ) -> None:
         """Queue a request whose outputs go to `consumer` on the engine thread, together with
@@ -117,7 +127,7 @@ class AsyncLLMEngine:
                 continue
             assert prompt is not None and params is not None and consumer is not None
             try:
-                self.engine.add_request(request_id, prompt, params)
+                self.engine.add_request(request_id, prompt, params)  # type: ignore[arg-type]
             except ValueError as e:
                 if (then := consumer.on_step([(request_id, e)])) is not None:
                     self._outbox.append(then)
@@ -154,7 +164,7 @@ class AsyncLLMEngine:
             batch, self._outbox = self._outbox, []
             self._call_on_loop(_run_all, batch)
 
-    def _dispatch(self, outputs: list[RequestOutput]) -> None:
+    def _dispatch(self, outputs: list[RequestOutput] | list[PoolingRequestOutput]) -> None:
         """Each consumer's outputs to it, here and now, in one batch per consumer."""
         consumers = self._consumers
         batches: dict[StepConsumer, list[StepItem]] = {}

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from hybridllm.config import EngineArgs, EngineConfig
 from hybridllm.core.pooling_scheduler import PoolingScheduler
 from hybridllm.engine.llm_engine import EngineStats
+from hybridllm.executor.mock_runner import MockPoolingRunner
 from hybridllm.executor.pooling_runner import PoolingRunner
 from hybridllm.outputs import PoolingOutput, PoolingRequestOutput
 from hybridllm.pooling_params import PoolingParams
@@ -33,7 +34,9 @@ class PoolingEngine:
         self.config = config
         self.tokenizer, self.tokenizer_info = load_tokenizer(config.model_path)
         self._special_ids = special_token_ids(self.tokenizer)
-        self.runner = PoolingRunner(config)
+        self.runner: PoolingRunner | MockPoolingRunner = (
+            MockPoolingRunner(config) if config.args.mock_engine else PoolingRunner(config)
+        )
         self.scheduler = PoolingScheduler(config.scheduler)
         self.requests: dict[str, PoolingRequest] = {}
         self.stats = EngineStats()

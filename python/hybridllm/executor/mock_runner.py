@@ -9,9 +9,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import torch
+
 from hybridllm.config import EngineConfig
 from hybridllm.executor.kv_cache import num_kv_blocks
-from hybridllm.step_types import SamplerOutput, SchedulerOutput, StepResult
+from hybridllm.models.pooler import normalize_rows
+from hybridllm.step_types import PoolingSchedulerOutput, SamplerOutput, SchedulerOutput, StepResult
 
 # Ordinary word-piece ids (no special tokens), cycled through by position.
 _FIRST_TOKEN = 1000
@@ -38,3 +41,32 @@ class MockModelRunner:
         tokens = [_FIRST_TOKEN + s.num_tokens % _NUM_TOKENS for s in seqs]
         none: list[None] = [None] * len(seqs)
         return StepResult(SamplerOutput(tokens, list(none), list(none)), seqs, {})
+
+
+class MockPoolingRunner:
+    """PoolingRunner's contract with no encoder: each input's vector says only its length and
+    its first token, so the serving layers around it are what is measured and checked."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.step_s = config.args.mock_step_ms / 1000.0
+
+    @property
+    def hidden_size(self) -> int:
+        return self.config.model.hidden_size
+
+    def execute(
+        self, sched: PoolingSchedulerOutput, while_running: Callable[[], None] | None = None
+    ) -> torch.Tensor:
+        start = time.perf_counter()
+        if while_running is not None:
+            while_running()
+        left = self.step_s - (time.perf_counter() - start)
+        if left > 0:
+            time.sleep(left)
+        hidden = self.hidden_size
+        out = torch.zeros(len(sched.requests), hidden)
+        for row, request in enumerate(sched.requests):
+            out[row, 0] = float(request.num_tokens)
+            out[row, 1 + request.prompt_token_ids[0] % (hidden - 1)] = 1.0
+        return normalize_rows(out, [r.normalize for r in sched.requests])

@@ -14,6 +14,8 @@ import grpc
 from hybridllm.engine.async_llm_engine import AsyncLLMEngine
 from hybridllm.proto import engine_pb2 as pb
 from hybridllm.proto import engine_pb2_grpc as pb_grpc
+from hybridllm.server.embed_call import EmbedCall
+from hybridllm.server.engine_mux import EngineCallError
 from hybridllm.server.generate_stream import GenerateStreamCall
 
 logger = logging.getLogger("hybridllm.worker")
@@ -56,6 +58,24 @@ class EngineServicer(pb_grpc.EngineServicer):
         for call in self.calls:
             call.drain()
 
+    async def Embed(  # noqa: N802
+        self, request: pb.EmbedRequest, context: grpc.aio.ServicerContext | None
+    ) -> pb.EmbedResponse:
+        """In-process (context None) a failure raises EngineCallError; over gRPC it is the
+        call's status."""
+        try:
+            if self.engine.engine.config.task != "embed":
+                raise EngineCallError("FAILED_PRECONDITION",
+                                      "Embed needs an embedding model; this one generates.")
+            if self.draining:
+                raise EngineCallError("UNAVAILABLE", "the engine is shutting down")
+            return await EmbedCall(self.engine, request).run()
+        except EngineCallError as e:
+            if context is None:
+                raise
+            await context.abort(grpc.StatusCode[e.code], e.message)
+            raise  # unreachable: abort raises
+
     async def Abort(  # noqa: N802
         self, request: pb.AbortRequest, context: grpc.aio.ServicerContext
     ) -> pb.AbortResponse:
@@ -76,19 +96,22 @@ class EngineServicer(pb_grpc.EngineServicer):
         engine = self.engine.engine
         cfg, info = engine.config, engine.tokenizer_info
         tok_path = cfg.model_path / "tokenizer.json"
+        embed = cfg.task == "embed"
         msg = pb.ModelInfo(
             served_model_name=self.served_model_name,
             model_path=str(cfg.model_path),
             max_model_len=cfg.max_model_len,
             vocab_size=cfg.model.vocab_size,
-            eos_token_ids=list(cfg.model.eos_token_ids),
+            eos_token_ids=list(getattr(cfg.model, "eos_token_ids", ())),
             tokenizer_path=str(tok_path),
             chat_template=info.chat_template or "",
-            kind=pb.ModelInfo.GENERATE,
+            kind=pb.ModelInfo.EMBED if embed else pb.ModelInfo.GENERATE,
             bos_token=info.bos_token or "",
             eos_token=info.eos_token or "",
+            hidden_size=cfg.model.hidden_size,
+            lowercase_inputs=bool(embed and cfg.pooler.do_lower_case),
         )
-        if cfg.model.bos_token_id is not None:
+        if getattr(cfg.model, "bos_token_id", None) is not None:
             msg.bos_token_id = cfg.model.bos_token_id
         return msg
 
@@ -96,6 +119,12 @@ class EngineServicer(pb_grpc.EngineServicer):
         self, request: pb.LoadRequest, context: grpc.aio.ServicerContext
     ) -> pb.LoadResponse:
         engine = self.engine.engine
+        if engine.config.task == "embed":  # nothing stays running or cached between steps
+            return pb.LoadResponse(
+                num_waiting=len(engine.scheduler.waiting),
+                prompt_tokens_total=engine.stats.prompt_tokens_total,
+                requests_finished_total=engine.stats.requests_finished_total,
+            )
         sched, kv, stats = engine.scheduler, engine.kv, engine.stats
         return pb.LoadResponse(
             num_running=len(sched.running),

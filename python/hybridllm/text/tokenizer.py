@@ -64,6 +64,9 @@ class Tokenizer:
                 self.inner = HfTokenizer.from_file(str(source))
             except Exception as e:  # noqa: BLE001 - the tokenizers error type is not public
                 raise RuntimeError(f"cannot load tokenizer {source}: {e}") from e
+        # As load_tokenizer: never pad, and no truncation but the limits the server applies.
+        self.inner.no_padding()
+        self.inner.no_truncation()
         self.added = set(self.inner.get_added_tokens_decoder().keys())
 
     def encode(self, text: str, add_special_tokens: bool) -> list[int]:

@@ -46,14 +46,20 @@ def truncate_ids(ids: list[int], max_tokens: int | None, special: frozenset[int]
 
 
 def encode_batch_truncated(
-    tokenizer: HfTokenizer, texts: list[str], limits: list[int | None]
+    tokenizer: HfTokenizer, texts: list[str], limits: list[int | None],
+    add_special_tokens: bool = True,
 ) -> list[list[int]]:
     """encode_truncated for many texts; one encode_batch call (tokenizers spreads it over the
-    cores) and a second pass only for the texts over their limit."""
-    encodings = tokenizer.encode_batch(texts, add_special_tokens=True)
+    cores) and a second pass only for the texts over their limit. Without special tokens the
+    first `limit` ids are kept."""
+    encodings = tokenizer.encode_batch(texts, add_special_tokens=add_special_tokens)
     out = []
     for text, encoding, limit in zip(texts, encodings, limits):
         ids = encoding.ids
-        out.append(ids if limit is None or len(ids) <= limit
-                   else encode_truncated(tokenizer, text, limit))
+        if limit is None or len(ids) <= limit:
+            out.append(ids)
+        elif not add_special_tokens:
+            out.append(ids[:limit])
+        else:
+            out.append(encode_truncated(tokenizer, text, limit))
     return out

@@ -7,7 +7,8 @@
 //! to stdout: the run's duration, its own CPU time and one record per request, in input order;
 //! `start` and `done` on stderr bracket the timed part.
 //! The timing rules are the Python client's: TTFT is the first chunk carrying generated text,
-//! ITL the gaps between such chunks, token counts from the final usage chunk.
+//! ITL the gaps between such chunks, token counts from the final usage chunk. A JSON answer
+//! (not streamed: /v1/embeddings) is one chunk: its TTFT is its latency, counts from `usage`.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -260,7 +261,13 @@ impl Client {
             .send_request(req.body(Full::new(Bytes::from(body.to_owned())))?)
             .await?;
         let status = resp.status();
+        let whole_json = status == StatusCode::OK
+            && resp
+                .headers()
+                .get(hyper::header::CONTENT_TYPE)
+                .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
         let mut body = resp.into_body();
+        let mut answer = Vec::new();
         let mut stream = EventStream::new(start);
         let mut head = Vec::new();
         loop {
@@ -273,6 +280,8 @@ impl Client {
                 let now = Instant::now();
                 if status != StatusCode::OK {
                     head.extend_from_slice(&data[..data.len().min(200 - head.len().min(200))]);
+                } else if whole_json {
+                    answer.extend_from_slice(data);
                 } else {
                     stream.feed(data, now);
                 }
@@ -285,7 +294,43 @@ impl Client {
                 ..Record::default()
             });
         }
+        if whole_json {
+            return Ok(json_record(&answer, (Instant::now() - start).as_secs_f64()));
+        }
         Ok(stream.finish(Instant::now()))
+    }
+}
+
+/// A whole JSON answer: one chunk, its token counts from `usage`.
+fn json_record(body: &[u8], latency: f64) -> Record {
+    #[derive(Deserialize, Default)]
+    struct Counts {
+        #[serde(default)]
+        prompt_tokens: u64,
+        #[serde(default)]
+        completion_tokens: u64,
+    }
+    #[derive(Deserialize)]
+    struct Answer {
+        #[serde(default)]
+        usage: Option<Counts>,
+    }
+    match serde_json::from_slice::<Answer>(body) {
+        Ok(a) => {
+            let usage = a.usage.unwrap_or_default();
+            Record {
+                success: true,
+                prompt_tokens: usage.prompt_tokens,
+                output_tokens: usage.completion_tokens,
+                ttft: latency,
+                latency,
+                ..Record::default()
+            }
+        }
+        Err(e) => Record {
+            error: format!("bad JSON answer: {e}"),
+            ..Record::default()
+        },
     }
 }
 
@@ -427,6 +472,19 @@ mod tests {
             rec.output_tokens, 1,
             "no usage chunk: text chunks are counted"
         );
+    }
+
+    #[test]
+    fn json_answer_is_one_chunk() {
+        let rec = json_record(
+            br#"{"data":[],"usage":{"prompt_tokens":7,"total_tokens":7}}"#,
+            0.5,
+        );
+        assert!(rec.success);
+        assert_eq!((rec.prompt_tokens, rec.output_tokens), (7, 0));
+        assert_eq!((rec.ttft, rec.latency), (0.5, 0.5));
+        let rec = json_record(b"{oops", 0.5);
+        assert!(!rec.success && rec.error.starts_with("bad JSON answer"));
     }
 
     #[test]

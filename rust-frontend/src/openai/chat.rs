@@ -3,7 +3,9 @@ use super::aggregate::collect;
 use super::generate::{generate_many, GenRequest};
 use super::logprobs::chat_content;
 use super::prompt::{render_prompt, tokenize, TemplateArgs};
-use super::request::{check_model, field_error, FieldError, JsonBody, RequestBody, StreamOptions};
+use super::request::{
+    check_model, check_task, field_error, FieldError, JsonBody, RequestBody, StreamOptions,
+};
 use super::response::{new_id, now, Usage};
 use super::sse::{sse_response, ChunkHead};
 use super::text_deltas::GenEvent;
@@ -62,6 +64,7 @@ pub async fn handle(
     JsonBody(req): JsonBody<ChatRequest>,
 ) -> Result<Response, ApiError> {
     check_model(&state, &req.model)?;
+    check_task(&state, "Chat Completions", false)?;
     let top = match (req.logprobs.unwrap_or(false), req.top_logprobs) {
         (false, Some(t)) if t > 0 => {
             return Err(ApiError::bad_param(

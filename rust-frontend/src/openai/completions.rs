@@ -3,7 +3,9 @@ use super::aggregate::collect;
 use super::generate::{generate_many, GenRequest};
 use super::logprobs::CompletionLogprobs;
 use super::prompt::tokenize;
-use super::request::{check_model, field_error, FieldError, JsonBody, RequestBody, StreamOptions};
+use super::request::{
+    check_model, check_task, field_error, FieldError, JsonBody, RequestBody, StreamOptions,
+};
 use super::response::{new_id, now, Usage};
 use super::sse::{sse_response, ChunkHead};
 use super::text_deltas::GenEvent;
@@ -87,6 +89,7 @@ pub async fn handle(
     JsonBody(req): JsonBody<CompletionRequest>,
 ) -> Result<Response, ApiError> {
     check_model(&state, &req.model)?;
+    check_task(&state, "Completions", false)?;
     if req.suffix.is_some() {
         return Err(ApiError::bad_param("suffix", "suffix is not supported."));
     }

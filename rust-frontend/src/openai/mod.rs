@@ -1,11 +1,12 @@
 //! OpenAI-compatible endpoints (with vLLM's extensions).
 //!
-//! The handlers (`chat`, `completions`, `models`) never import each other: what they share
+//! The handlers (`chat`, `completions`, `embeddings`, `models`) never import each other: what they share
 //! lives in the modules below them (`request`, `prompt`, `generate`, `text_deltas`,
 //! `aggregate`, `response`, `logprobs`, `sse`). This module only declares them.
 pub mod aggregate;
 pub mod chat;
 pub mod completions;
+pub mod embeddings;
 pub mod generate;
 pub mod logprobs;
 pub mod models;

@@ -45,6 +45,24 @@ pub fn check_model(state: &AppState, model: &Option<String>) -> Result<(), ApiEr
     }
 }
 
+/// An endpoint the model cannot serve: 400 naming the model's task (vLLM's answer).
+pub fn check_task(state: &AppState, api: &str, embed: bool) -> Result<(), ApiError> {
+    let is_embed =
+        state.model_info.kind == crate::engine_client::pb::model_info::Kind::Embed as i32;
+    if is_embed == embed {
+        return Ok(());
+    }
+    let (kind, task) = if is_embed {
+        ("an embedding", "embed")
+    } else {
+        ("a generative", "generate")
+    };
+    Err(ApiError::bad(format!(
+        "The model does not support the {api} API: `{}` is {kind} model (task '{task}').",
+        state.served_names[0]
+    )))
+}
+
 /// A request body: a JSON object. Its error names the first mistyped field in body order.
 pub trait RequestBody: DeserializeOwned {
     /// Readers of the `#[serde(flatten)]`ed groups, whose errors serde reports without a path.

@@ -7,6 +7,8 @@ pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
     /// Added tokens (e.g. `<|im_start|>`): decoded as their own segments, like transformers.
     added: HashSet<u32>,
+    /// Added tokens marked special ([CLS], [SEP], </s>): kept when token ids are truncated.
+    special: HashSet<u32>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -31,9 +33,70 @@ impl Tokenizer {
         Ok(Tokenizer::new(inner))
     }
 
-    pub fn new(inner: tokenizers::Tokenizer) -> Self {
-        let added = inner.get_added_tokens_decoder().keys().copied().collect();
-        Tokenizer { inner, added }
+    /// Any padding or truncation the file carries (sentence-transformers' files pad to 128)
+    /// is switched off: the server applies the model's own limits and never pads.
+    pub fn new(mut inner: tokenizers::Tokenizer) -> Self {
+        inner.with_padding(None);
+        let _ = inner.with_truncation(None);
+        let decoder = inner.get_added_tokens_decoder();
+        let added = decoder.keys().copied().collect();
+        let special = decoder
+            .iter()
+            .filter(|(_, t)| t.special)
+            .map(|(id, _)| *id)
+            .collect();
+        Tokenizer {
+            inner,
+            added,
+            special,
+        }
+    }
+
+    /// Special tokens the post-processor adds to one sequence ([CLS] and [SEP]: 2).
+    pub fn num_special_tokens(&self) -> usize {
+        self.inner
+            .get_post_processor()
+            .map_or(0, |p| tokenizers::PostProcessor::added_tokens(p, false))
+    }
+
+    /// `text`'s ids, at most `limit` of them, cut as transformers cuts one sequence: the text
+    /// to the limit less the special tokens, which are then added (sentence-transformers).
+    /// Without special tokens, the first `limit` ids.
+    pub fn encode_truncated(
+        &self,
+        text: &str,
+        add_special_tokens: bool,
+        limit: Option<usize>,
+    ) -> Result<Vec<u32>, String> {
+        let ids = self.encode(text, add_special_tokens)?;
+        let Some(limit) = limit.filter(|&l| ids.len() > l) else {
+            return Ok(ids);
+        };
+        if !add_special_tokens {
+            return Ok(ids[..limit].to_vec());
+        }
+        let room = limit.saturating_sub(self.num_special_tokens());
+        let fail = |e: tokenizers::Error| format!("tokenization failed: {e}");
+        let mut content = self.inner.encode_fast(text, false).map_err(fail)?;
+        content.truncate(room, 0, tokenizers::TruncationDirection::Right);
+        let done = self.inner.post_process(content, None, true).map_err(fail)?;
+        Ok(done.get_ids().to_vec())
+    }
+
+    /// The first `limit` of token ids given by a client, keeping a trailing special token
+    /// ([SEP]) last, as the ids of a truncated text would end.
+    pub fn truncate_ids(&self, ids: &[u32], limit: Option<usize>) -> Vec<u32> {
+        match limit {
+            Some(l) if ids.len() > l => match ids.last() {
+                Some(last) if self.special.contains(last) && l >= 2 => {
+                    let mut out = ids[..l - 1].to_vec();
+                    out.push(*last);
+                    out
+                }
+                _ => ids[..l].to_vec(),
+            },
+            _ => ids.to_vec(),
+        }
     }
 
     pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>, String> {

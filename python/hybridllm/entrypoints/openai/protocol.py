@@ -94,6 +94,17 @@ class TokenizeRequest(TemplateArgs):
     add_special_tokens: bool | None = None
 
 
+class EmbeddingRequest(Struct):
+    model: str | None = None
+    input: Any  # a string, strings, token ids or lists of them (checked by the handler)
+    encoding_format: str | None = None
+    dimensions: I64 | None = None
+    user: str | None = None
+    truncate_prompt_tokens: I64 | None = None
+    add_special_tokens: bool | None = None
+    normalize: bool | None = None
+
+
 class DetokenizeRequest(Struct):
     model: str | None = None
     tokens: list[U32]

@@ -21,7 +21,14 @@ from hybridllm.entrypoints.openai.generate import (
 from hybridllm.entrypoints.openai.logprobs import chat_content, prompt_logprobs
 from hybridllm.entrypoints.openai.protocol import ChatCompletionRequest, TemplateArgs, read_request
 from hybridllm.entrypoints.openai.sse import SSEResponse
-from hybridllm.entrypoints.openai.state import AppState, check_model, get_state, new_id, now
+from hybridllm.entrypoints.openai.state import (
+    AppState,
+    check_model,
+    check_task,
+    get_state,
+    new_id,
+    now,
+)
 from hybridllm.entrypoints.openai.validation import fit_max_tokens, validate
 from hybridllm.text.chat_template import (
     ChatTemplateError,
@@ -58,6 +65,7 @@ async def chat_completions(request: Request) -> Response:
     state = get_state(request)
     req = await read_request(request, ChatCompletionRequest, state.options.max_request_body_bytes)
     check_model(state, req.model)
+    check_task(state, "Chat Completions", embed=False)
     if not req.logprobs and req.top_logprobs is not None and req.top_logprobs > 0:
         raise bad("top_logprobs requires logprobs to be true.", "top_logprobs")
     params = validate(req, (req.top_logprobs or 0) if req.logprobs else None, state.vocab_size)

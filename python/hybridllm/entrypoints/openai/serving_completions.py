@@ -22,7 +22,7 @@ from hybridllm.entrypoints.openai.generate import (
 from hybridllm.entrypoints.openai.logprobs import completion_logprobs, prompt_logprobs
 from hybridllm.entrypoints.openai.protocol import CompletionRequest, read_request
 from hybridllm.entrypoints.openai.sse import SSEResponse
-from hybridllm.entrypoints.openai.state import check_model, get_state, new_id, now
+from hybridllm.entrypoints.openai.state import check_model, check_task, get_state, new_id, now
 from hybridllm.entrypoints.openai.validation import fit_max_tokens, validate
 
 router = APIRouter()
@@ -56,6 +56,7 @@ async def completions(request: Request) -> Response:
     state = get_state(request)
     req = await read_request(request, CompletionRequest, state.options.max_request_body_bytes)
     check_model(state, req.model)
+    check_task(state, "Completions", embed=False)
     if req.suffix is not None:
         raise bad("suffix is not supported.", "suffix")
     echo = bool(req.echo)

@@ -46,3 +46,13 @@ def check_model(state: AppState, model: str | None) -> None:
 
 def get_state(request: Request) -> AppState:
     return request.app.state.hybridllm
+
+
+def check_task(state: AppState, api: str, embed: bool) -> None:
+    """An endpoint the model cannot serve: 400 naming the model's task (vLLM's answer)."""
+    is_embed = state.model_info.kind == pb.ModelInfo.EMBED
+    if is_embed != embed:
+        task = "embed" if is_embed else "generate"
+        kind = "an embedding" if is_embed else "a generative"
+        raise ApiError(400, f"The model does not support the {api} API: `{state.served_names[0]}` "
+                            f"is {kind} model (task '{task}').")

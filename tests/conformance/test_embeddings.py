@@ -1,0 +1,236 @@
+"""/v1/embeddings on the bundled all-MiniLM-L6-v2, three frontends: the same bodies (vectors
+within 1e-6: batch mates may differ), the same errors, the reference tokenizer's ids, and
+sentence-transformers' embeddings through the official openai client, float and base64."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import openai
+import pytest
+
+from hybridllm.models.resolve import DEFAULT_EMBEDDING_MODEL, resolve_model
+from tests.conformance.conftest import API_KEY, Server, assert_same, parsed, start_all
+from tests.conformance.test_errors import TYPE_ERROR, Foreign, assert_same_error
+from tests.pooling.conftest import reference_ids
+from tests.pooling.corpus import CORPUS
+
+E = "/v1/embeddings"
+MAX_LEN = 256  # the model's max_seq_length
+FLAGS = ["--max-num-seqs", "64", "--served-model-name", "all-MiniLM-L6-v2"]
+MIN_COSINE = 0.99999
+
+
+@pytest.fixture(scope="module")
+def embed_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Server]]:
+    yield from start_all(tmp_path_factory, resolve_model(DEFAULT_EMBEDDING_MODEL), FLAGS)
+
+
+@pytest.fixture(scope="module")
+def embed_folder() -> Path:
+    return resolve_model(DEFAULT_EMBEDDING_MODEL)
+
+
+def _decoded(body: Any) -> Any:
+    """base64 vectors as float lists, so that bodies compare within a tolerance."""
+    for d in body.get("data", []):
+        if isinstance(d.get("embedding"), str):
+            raw = base64.b64decode(d["embedding"])
+            d["embedding"] = np.frombuffer(raw, dtype="<f4").astype(float).tolist()
+    return body
+
+
+def _same(servers: dict, body: Any, path: str = E) -> Any:
+    out = {}
+    for mode, s in servers.items():
+        r = s.post(path, body)
+        assert r.status_code == 200, (mode, r.text)
+        assert r.headers["content-type"] == "application/json", mode
+        out[mode] = _decoded(parsed(r))
+    assert_same(out, tol=1e-6)
+    return out["rust"]
+
+
+BODIES: list[dict[str, Any]] = [
+    {"input": "The cat sat on the mat."},
+    {"input": ["hello", "Hello world!", "日本語のテキスト 🎉"], "encoding_format": "float"},
+    {"input": ["hello", "Hello world!"], "encoding_format": "base64"},
+    {"input": [101, 7592, 102]},
+    {"input": [[101, 7592, 102], [101, 2088, 2003, 102]], "encoding_format": "base64"},
+    {"input": "word " * 400, "truncate_prompt_tokens": -1},
+    {"input": ["word " * 400, "a b c d e f"], "truncate_prompt_tokens": 5},
+    {"input": [[101] + [2088] * 300 + [102]], "truncate_prompt_tokens": 4},
+    {"input": "Hello world", "add_special_tokens": False},
+    {"input": "Hello world", "normalize": False, "dimensions": 384, "user": "u-1"},
+    {"input": "Hello", "model": "all-MiniLM-L6-v2"},
+]
+
+
+@pytest.mark.parametrize("body", BODIES, ids=range(len(BODIES)))
+def test_bodies_are_identical(embed_servers: dict, body: dict) -> None:
+    value = _same(embed_servers, body)
+    inputs = body["input"]
+    n = 1 if isinstance(inputs, str) or isinstance(inputs[0], int) else len(inputs)
+    assert [d["index"] for d in value["data"]] == list(range(n))
+    assert all(d["object"] == "embedding" and len(d["embedding"]) == 384
+               for d in value["data"])
+    assert value["object"] == "list" and value["model"] == "all-MiniLM-L6-v2"
+    usage = value["usage"]
+    assert usage["total_tokens"] == usage["prompt_tokens"] and usage["completion_tokens"] == 0
+    norms = [np.linalg.norm(d["embedding"]) for d in value["data"]]
+    if body.get("normalize") is False:
+        assert min(norms) > 1.5  # mean-pooled, not normalized
+    else:
+        assert np.allclose(norms, 1.0, atol=1e-5)
+
+
+def test_usage_counts_truncated_tokens(embed_servers: dict) -> None:
+    assert _same(embed_servers, BODIES[6])["usage"]["prompt_tokens"] == 5 + 5
+    assert _same(embed_servers, BODIES[5])["usage"]["prompt_tokens"] == MAX_LEN
+    assert _same(embed_servers, BODIES[7])["usage"]["prompt_tokens"] == 4
+    assert _same(embed_servers, BODIES[8])["usage"]["prompt_tokens"] == 2  # no [CLS]/[SEP]
+
+
+def test_token_ids_equal_reference(embed_servers: dict, embed_folder: Path) -> None:
+    """Each frontend's ids (what /tokenize shows, and what usage counts) are transformers'."""
+    from transformers import AutoTokenizer
+
+    ref = reference_ids(AutoTokenizer.from_pretrained(str(embed_folder)), CORPUS, 10**6)
+    for mode, s in embed_servers.items():
+        for text, ids in zip(CORPUS, ref):
+            r = s.post("/tokenize", {"prompt": text})
+            assert r.status_code == 200 and r.json()["tokens"] == ids, (mode, text[:40])
+
+
+def _embed(client: openai.OpenAI, fmt: str | None) -> np.ndarray:
+    """fmt None: the client asks for base64 itself and decodes it; asked for explicitly, it
+    hands the base64 text over as it came."""
+    kwargs: dict[str, Any] = {} if fmt is None else {"encoding_format": fmt}
+    r = client.embeddings.create(model="all-MiniLM-L6-v2", input=CORPUS,
+                                 extra_body={"truncate_prompt_tokens": -1}, **kwargs)
+    assert [d.index for d in r.data] == list(range(len(CORPUS)))
+    if fmt == "base64":
+        return np.array([np.frombuffer(base64.b64decode(d.embedding), dtype="<f4")  # type: ignore[arg-type]
+                         for d in r.data], dtype=np.float64)
+    return np.array([d.embedding for d in r.data], dtype=np.float64)
+
+
+def test_openai_client_matches_sentence_transformers(
+    embed_servers: dict, embed_folder: Path
+) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    assert len(CORPUS) >= 50
+    st = SentenceTransformer(str(embed_folder), device="cpu")
+    ref = st.encode(CORPUS, batch_size=32, convert_to_numpy=True).astype(np.float64)
+    for mode, s in embed_servers.items():
+        client = openai.OpenAI(base_url=s.url + "/v1", api_key=API_KEY, max_retries=0)
+        for fmt in ("float", "base64", None):
+            ours = _embed(client, fmt)
+            assert ours.shape == ref.shape == (len(CORPUS), 384)
+            cos = (ours * ref).sum(1) / (np.linalg.norm(ours, axis=1) * np.linalg.norm(ref, axis=1))
+            worst = int(cos.argmin())
+            assert cos.min() >= MIN_COSINE, (mode, fmt, CORPUS[worst][:50], cos.min())
+
+
+V = "30522"
+ERRORS: list[tuple[str, int, str | Foreign | None]] = [
+    ('{"input":[]}', 400, "input must not be empty."),
+    ('{"input":""}', 400, "input must not be an empty string."),
+    ('{"input":["a",""]}', 400, "input[1] must not be an empty string."),
+    ('{"input":[[101],[]]}', 400, "input[1] must not be an empty list of token ids."),
+    ('{"input":[101,30522]}', 400, f"input: token id 30522 is out of vocabulary (size {V})."),
+    ('{"input":[[5],[-1]]}', 400, f"input[1]: token id -1 is out of vocabulary (size {V})."),
+    ('{"input":[[5],[1.5]]}', 400, "input[1] must be a list of token ids (integers)."),
+    ('{"input":["a",[5]]}', 400, None),
+    ('{"input":[true]}', 400, None),
+    ('{"input":5}', 400, None),
+    ('{"input":null}', 400, None),
+    ('{"input":{"a":1}}', 400, None),
+    ('{"input":' + json.dumps(["x"] * 2049) + "}", 400,
+     "input holds 2049 inputs; at most 2048 are allowed per request."),
+    ('{"input":"' + "word " * 300 + '"}', 400, "input has 302 tokens, more than the model's "
+     "maximum input length of 256 tokens; pass truncate_prompt_tokens to truncate it."),
+    ('{"input":["a","' + "word " * 300 + '"]}', 400, None),
+    ('{"input":"   ","add_special_tokens":false}', 400,
+     "input has no tokens after tokenization."),
+    ('{"input":"a","truncate_prompt_tokens":0}', 400, None),
+    ('{"input":"a","truncate_prompt_tokens":-2}', 400, None),
+    ('{"input":"a","truncate_prompt_tokens":257}', 400, "truncate_prompt_tokens (257) is "
+     "larger than the model's maximum input length of 256 tokens."),
+    ('{"input":"a b c","truncate_prompt_tokens":2}', 400, None),
+    ('{"input":"a","encoding_format":"int8"}', 400,
+     "encoding_format must be 'float' or 'base64', got 'int8'."),
+    ('{"input":"a","dimensions":128}', 400, None),
+    ('{"input":"a","dimensions":"x"}', 400, TYPE_ERROR),
+    ('{"input":"a","encoding_format":1}', 400, TYPE_ERROR),
+    ('{"input":"a","truncate_prompt_tokens":1.5}', 400, TYPE_ERROR),
+    ('{"input":"a","normalize":"yes"}', 400, TYPE_ERROR),
+    ("{}", 400, Foreign("deserializer", "Invalid request: missing field `input`")),
+    ('{"input":"a","model":"nope"}', 404, "The model `nope` does not exist."),
+]
+PARAMS = {"input": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15],
+          "truncate_prompt_tokens": [16, 17, 18, 19], "encoding_format": [20],
+          "dimensions": [21]}
+
+
+@pytest.mark.parametrize("case", ERRORS, ids=range(len(ERRORS)))
+def test_errors_are_identical(embed_servers: dict, case: tuple) -> None:
+    raw, status, message = case
+    assert_same_error(embed_servers, E, raw, status, message)
+    i = ERRORS.index(case)
+    want = next((p for p, cases in PARAMS.items() if i in cases), None)
+    if want is not None:  # the field and the limit are named
+        r = embed_servers["rust"].post(E, raw=raw.encode())
+        assert r.json()["error"]["param"] == want
+    for s in embed_servers.values():  # and the server keeps serving
+        assert s.post(E, {"input": "still here"}).status_code == 200
+
+
+def test_models_tokenize_and_other_endpoints(embed_servers: dict) -> None:
+    models = {m: parsed(s.http.get("/v1/models")) for m, s in embed_servers.items()}
+    assert_same(models, tol=0.0)
+    assert models["rust"]["data"][0]["id"] == "all-MiniLM-L6-v2"
+    assert models["rust"]["data"][0]["max_model_len"] == MAX_LEN
+    msg = ("The model does not support the {} API: `all-MiniLM-L6-v2` is an embedding model "
+           "(task 'embed').")
+    assert_same_error(embed_servers, "/v1/chat/completions",
+                      '{"messages":[{"role":"user","content":"hi"}]}', 400,
+                      msg.format("Chat Completions"))
+    assert_same_error(embed_servers, "/v1/completions", '{"prompt":"hi"}', 400,
+                      msg.format("Completions"))
+
+
+def test_generative_model_refuses_embeddings(servers: dict) -> None:
+    name = servers["rust"].http.get("/v1/models").json()["data"][0]["id"]
+    assert_same_error(servers, E, '{"input":"hi"}', 400,
+                      f"The model does not support the Embeddings API: `{name}` is a generative "
+                      "model (task 'generate').")
+
+
+def _waiting(s: Server) -> float:
+    text = s.http.get("/metrics").text
+    line = next(x for x in text.splitlines() if x.startswith("hybridllm:num_requests_waiting"))
+    return float(line.split()[-1])
+
+
+def test_client_gone_frees_its_inputs(embed_servers: dict) -> None:
+    """A request the client gave up on leaves the engine: its queued inputs never run."""
+    body = {"input": ["word " * 250] * 2048, "truncate_prompt_tokens": -1}
+    for mode, s in embed_servers.items():
+        with pytest.raises(httpx.TimeoutException):
+            s.http.post(E, json=body, timeout=1.5)
+        deadline = time.monotonic() + 15
+        while _waiting(s) > 0 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _waiting(s) == 0, mode
+        t0 = time.monotonic()
+        assert s.post(E, {"input": "next"}).status_code == 200
+        assert time.monotonic() - t0 < 5, mode
