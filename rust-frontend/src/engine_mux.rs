@@ -19,6 +19,7 @@ type Delivery = Result<pb::GenerateResponse, Status>;
 #[derive(Debug, PartialEq)]
 enum Outgoing {
     Generate(Box<pb::GenerateRequest>),
+    Embed(Box<pb::EmbedRequest>),
     Abort(String),
 }
 
@@ -91,11 +92,12 @@ async fn next_message(
     while let Some(item) = next {
         match item {
             Outgoing::Generate(r) => msg.generate.push(*r),
+            Outgoing::Embed(r) => msg.embed.push(*r),
             Outgoing::Abort(id) => msg.abort.push(id),
         }
         next = inbox.try_recv().ok();
     }
-    let empty = msg.generate.is_empty() && msg.abort.is_empty();
+    let empty = msg.generate.is_empty() && msg.abort.is_empty() && msg.embed.is_empty();
     (!empty).then_some(msg)
 }
 
@@ -114,14 +116,20 @@ impl EngineMux {
 
     /// Sends the request; its responses arrive on the returned stream.
     pub fn submit(&self, req: pb::GenerateRequest) -> RequestStream {
+        let rid = req.request_id.clone();
+        self.send(&rid, Outgoing::Generate(Box::new(req)))
+    }
+
+    /// Routes `request_id`'s responses to a new stream, then sends `item` on the call.
+    fn send(&self, request_id: &str, item: Outgoing) -> RequestStream {
         let stream = loop {
             // None: the call ended just now; the next current_call opens a new one.
-            if let Some(stream) = self.current_call().route(&req.request_id) {
+            if let Some(stream) = self.current_call().route(request_id) {
                 break stream;
             }
         };
         // Cannot fail while routes is Some: the outbox lives until the call has ended.
-        let _ = stream.call.outbox.send(Outgoing::Generate(Box::new(req)));
+        let _ = stream.call.outbox.send(item);
         stream
     }
 
@@ -172,14 +180,21 @@ impl Engine for EngineMux {
         Box::pin(self.submit(req))
     }
 
-    /// A unary call per HTTP request: the worker batches the inputs of every call in its
-    /// engine steps, so nothing is gained by sharing a stream, and cancelling is the drop.
+    /// On the same call as generate requests, answered by one response: a unary call per
+    /// request would cost the Python worker a gRPC call each.
     fn embed(
         &self,
         req: pb::EmbedRequest,
-    ) -> futures_util::future::BoxFuture<'static, Result<pb::EmbedResponse, Status>> {
-        let mut client = self.client.clone();
-        Box::pin(async move { client.embed(req).await.map(tonic::Response::into_inner) })
+    ) -> futures_util::future::BoxFuture<'static, crate::engine::EmbedResult> {
+        use futures_util::StreamExt;
+        let rid = req.request_id.clone();
+        let mut stream = self.send(&rid, Outgoing::Embed(Box::new(req)));
+        Box::pin(async move {
+            match stream.next().await {
+                Some(resp) => resp.map(|r| r.embeddings),
+                None => Err(Status::unavailable("the engine generate stream ended")),
+            }
+        })
     }
 }
 

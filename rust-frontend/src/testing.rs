@@ -132,7 +132,7 @@ impl Engine for FakeEngine {
     fn embed(
         &self,
         req: pb::EmbedRequest,
-    ) -> futures_util::future::BoxFuture<'static, Result<pb::EmbedResponse, Status>> {
+    ) -> futures_util::future::BoxFuture<'static, crate::engine::EmbedResult> {
         let embeddings = req
             .inputs
             .iter()
@@ -141,7 +141,7 @@ impl Engine for FakeEngine {
             })
             .collect();
         self.embeds.lock().unwrap().push(req);
-        Box::pin(async move { Ok(pb::EmbedResponse { embeddings }) })
+        Box::pin(async move { Ok(embeddings) })
     }
 }
 

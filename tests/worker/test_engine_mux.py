@@ -17,11 +17,15 @@ class ScriptedStream:
     def __init__(self, on_response: OnResponse, on_end: OnEnd) -> None:
         self.on_response, self.on_end = on_response, on_end
         self.submitted: list[str] = []
+        self.embedded: list[str] = []
         self.aborted: list[str] = []
         self.closed = False
 
     def submit(self, req: pb.GenerateRequest) -> None:
         self.submitted.append(req.request_id)
+
+    def submit_embed(self, req: pb.EmbedRequest) -> None:
+        self.embedded.append(req.request_id)
 
     def abort(self, request_id: str) -> None:
         self.aborted.append(request_id)
@@ -143,3 +147,32 @@ async def test_the_calls_end_fails_every_running_request_and_the_next_opens_a_ne
     with pytest.raises(EngineCallError) as err:
         await first
     assert err.value.code == "CANCELLED"
+
+
+def embed_req(rid: str) -> pb.EmbedRequest:
+    return pb.EmbedRequest(request_id=rid, inputs=[pb.EmbedInput(token_ids=[1, 2])])
+
+
+async def test_embed_is_one_response_and_cancelling_it_aborts_once() -> None:
+    mux, streams = make_mux()
+    answer = asyncio.ensure_future(mux.embed(embed_req("e")))
+    await asyncio.sleep(0)
+    assert streams[0].embedded == ["e"]
+    vector = pb.Embedding(values=[0.5, 1.0])
+    streams[0].respond(pb.GenerateResponse(request_id="e", finished=True, embeddings=[vector]))
+    assert list((await answer).embeddings) == [vector]
+    assert streams[0].aborted == []
+    waiting = asyncio.ensure_future(mux.embed(embed_req("f")))
+    await asyncio.sleep(0)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert streams[0].aborted == ["f"]
+    refused = asyncio.ensure_future(mux.embed(embed_req("g")))
+    await asyncio.sleep(0)
+    streams[0].respond(pb.GenerateResponse(request_id="g", finished=True, rejected=pb.RequestError(
+        code=grpc.StatusCode.FAILED_PRECONDITION.value[0], message="generative model")))
+    with pytest.raises(EngineCallError) as e:
+        await refused
+    assert (e.value.code, e.value.message) == ("FAILED_PRECONDITION", "generative model")
+    assert streams[0].aborted == ["f"]

@@ -45,9 +45,10 @@ class EngineClient(abc.ABC):
         return self.mux.generate(pb.GenerateRequest(
             request_id=request_id, prompt_token_ids=prompt_ids, sampling_params=params))
 
-    async def embed(self, request: pb.EmbedRequest) -> pb.EmbedResponse:
-        """The request's embeddings; failures raise EngineCallError. Cancelling frees them."""
-        return await self._unary("Embed", request, 600.0)
+    async def embed(self, request: pb.EmbedRequest) -> pb.GenerateResponse:
+        """The request's one response, its `embeddings`; refusals raise EngineCallError, and
+        cancelling frees the inputs that have not run."""
+        return await self.mux.embed(request)
 
     async def abort(self, request_ids: list[str]) -> None:
         with contextlib.suppress(EngineCallError):

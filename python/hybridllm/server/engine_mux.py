@@ -45,6 +45,8 @@ class GenerateStream(Protocol):
 
     def submit(self, req: pb.GenerateRequest) -> None: ...
 
+    def submit_embed(self, req: pb.EmbedRequest) -> None: ...
+
     def abort(self, request_id: str) -> None: ...
 
     def close(self) -> None: ...
@@ -85,11 +87,23 @@ class EngineMux:
             self._call = _Call(self._open_stream)  # opened on first use, and after it ended
         return self._call
 
-    async def generate(self, req: pb.GenerateRequest) -> AsyncIterator[pb.GenerateResponse]:
+    def generate(self, req: pb.GenerateRequest) -> AsyncIterator[pb.GenerateResponse]:
         """The request's responses, one per engine step. A refused request raises
         EngineCallError with the worker's code on the first __anext__, as does the call's
         end; leaving before the last response aborts the request."""
-        rid = req.request_id
+        return self._responses(req.request_id, lambda stream: stream.submit(req))
+
+    async def embed(self, req: pb.EmbedRequest) -> pb.GenerateResponse:
+        """The request's one response (its `embeddings`); refusals raise EngineCallError, and
+        cancelling aborts what has not run yet."""
+        responses = self._responses(req.request_id, lambda stream: stream.submit_embed(req))
+        try:
+            return await anext(responses)
+        finally:
+            await responses.aclose()
+
+    async def _responses(self, rid: str, send: Callable[[GenerateStream], None]
+                         ) -> AsyncIterator[pb.GenerateResponse]:
         call = self._current_call()
         routes = call.routes
         assert routes is not None
@@ -97,7 +111,7 @@ class EngineMux:
             raise EngineCallError("INVALID_ARGUMENT", f"request id {rid!r} is already in use.")
         queue: asyncio.Queue[pb.GenerateResponse | EngineCallError] = asyncio.Queue()
         routes[rid] = queue.put_nowait
-        call.stream.submit(req)
+        send(call.stream)
         finished = False
         try:
             while True:

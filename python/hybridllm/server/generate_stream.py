@@ -20,9 +20,10 @@ from functools import partial
 import grpc
 
 from hybridllm.engine.async_llm_engine import AsyncLLMEngine, EngineDeadError, StepItem
-from hybridllm.outputs import RequestOutput
+from hybridllm.outputs import PoolingRequestOutput, RequestOutput
 from hybridllm.proto import engine_pb2 as pb
 from hybridllm.server.engine_mux import OnEnd, OnResponse
+from hybridllm.server.pending_embed import PendingEmbed
 from hybridllm.server.proto_convert import sampling_params_from_proto
 from hybridllm.server.responses import ResponseBuilder, rejected
 
@@ -37,7 +38,10 @@ class GenerateStreamCall:
         # In-process: each message goes to on_response, on the event loop; else responses().
         self.on_response = on_response
         # Running requests; written on the event loop, read by the engine thread.
-        self.active: dict[str, ResponseBuilder] = {}
+        self.active: dict[str, ResponseBuilder | PendingEmbed] = {}
+        # An embedding request's inputs (engine request id -> its request, input index).
+        self.parts: dict[str, tuple[PendingEmbed, int]] = {}
+        self.embed_model = engine.engine.config.task == "embed"
         self._pending: list[bytes] = []  # serialized GenerateStreamResponses
         self._ready = asyncio.Event()
         self._reader_done = False
@@ -61,15 +65,22 @@ class GenerateStreamCall:
         else:
             self._push_bytes(msg.SerializeToString(), ())
 
+    def _forget(self, rid: str) -> ResponseBuilder | PendingEmbed | None:
+        request = self.active.pop(rid, None)
+        if isinstance(request, PendingEmbed):
+            for part in request.part_ids:
+                self.parts.pop(part, None)
+        return request
+
     def _push_bytes(self, data: bytes, finished: list[str] | tuple[str, ...]) -> None:
         for rid in finished:
-            self.active.pop(rid, None)
+            self._forget(rid)
         self._pending.append(data)
         self._ready.set()
 
     def _push_message(self, msg: pb.GenerateStreamResponse, finished: list[str]) -> None:
         for rid in finished:
-            self.active.pop(rid, None)
+            self._forget(rid)
         assert self.on_response is not None
         self.on_response(msg)
 
@@ -82,6 +93,10 @@ class GenerateStreamCall:
             self._push(rejected(rid, grpc.StatusCode.INVALID_ARGUMENT,
                                 f"request id {rid!r} is already in use."))
             return
+        if self.embed_model:
+            self._push(rejected(rid, grpc.StatusCode.FAILED_PRECONDITION,
+                                "this is an embedding model: it cannot generate."))
+            return
         try:
             params = sampling_params_from_proto(req.sampling_params)
             builder = ResponseBuilder(rid, params)
@@ -93,6 +108,50 @@ class GenerateStreamCall:
         except EngineDeadError as e:
             self.active.pop(rid, None)
             self._push(builder.error(str(e)))
+
+    def submit_embed(self, req: pb.EmbedRequest) -> None:
+        rid = req.request_id
+        refusal = (
+            (grpc.StatusCode.UNAVAILABLE, "the engine is shutting down") if self.draining
+            else (grpc.StatusCode.INVALID_ARGUMENT, f"request id {rid!r} is already in use.")
+            if rid in self.active
+            else (grpc.StatusCode.FAILED_PRECONDITION,
+                  "this is a generative model: it cannot embed.") if not self.embed_model
+            else (grpc.StatusCode.INVALID_ARGUMENT, "inputs: at least one input is required.")
+            if not req.inputs else None
+        )
+        if refusal is not None:
+            self._push(rejected(rid, *refusal))
+            return
+        pending = PendingEmbed(req)
+        self.active[rid] = pending
+        for i, part in enumerate(pending.part_ids):
+            self.parts[part] = (pending, i)
+        try:
+            for part, ids in zip(pending.part_ids, pending.inputs):
+                self.engine.add_request(part, ids, pending.params, self)
+        except (ValueError, EngineDeadError) as e:
+            self.abort(rid)
+            self._push(pending.failed(e))
+
+    def _embed_step(self, msg: pb.GenerateStreamResponse, part: tuple[PendingEmbed, int],
+                    item: RequestOutput | PoolingRequestOutput | BaseException,
+                    finished: list[str]) -> None:
+        """Engine thread: one input's vector; the request's response once all are in."""
+        pending, index = part
+        if pending.done or self.active.get(pending.request_id) is not pending:
+            return  # answered already, or aborted here while the step was running
+        if isinstance(item, BaseException):
+            pending.done = True
+            for other in pending.part_ids:
+                self.engine.abort(other)
+            msg.responses.append(pending.failed(item))
+        elif isinstance(item, PoolingRequestOutput) and pending.add(index, item):
+            pending.done = True
+            pending.fill(msg.responses.add())
+        else:
+            return
+        finished.append(pending.request_id)
 
     def on_step(self, items: list[StepItem]) -> Callable[[], None] | None:
         """Engine thread: this step's responses, serialized (in-process: as the message), for
@@ -107,9 +166,14 @@ class GenerateStreamCall:
         for it in items:
             b = active.get(it[0])
             (firsts if b is not None and b.first else others).append(it)
+        parts = self.parts
         for rid, item in firsts + others:
+            part = parts.get(rid)
+            if part is not None:
+                self._embed_step(msg, part, item, finished)
+                continue
             builder = active.get(rid)
-            if builder is None:
+            if not isinstance(builder, ResponseBuilder):
                 continue  # aborted here while the step was running
             if isinstance(item, ValueError):
                 msg.responses.append(rejected(rid, grpc.StatusCode.INVALID_ARGUMENT, str(item)))
@@ -136,7 +200,11 @@ class GenerateStreamCall:
             msg.responses.append(builder.error(f"internal error: {e!r}"))
 
     def abort(self, request_id: str) -> None:
-        if self.active.pop(request_id, None) is not None:
+        request = self._forget(request_id)
+        if isinstance(request, PendingEmbed):
+            for part in request.part_ids:
+                self.engine.abort(part)
+        elif request is not None:
             self.engine.abort(request_id)
 
     def close(self) -> None:
@@ -149,6 +217,13 @@ class GenerateStreamCall:
             async for msg in requests:
                 for rid in msg.abort:
                     self.abort(rid)
+                for embed in msg.embed:
+                    try:
+                        self.submit_embed(embed)
+                    except Exception as e:  # noqa: BLE001 - a dead reader would hang the call
+                        logger.exception("submitting %s failed", embed.request_id)
+                        self.abort(embed.request_id)
+                        self._push(rejected(embed.request_id, grpc.StatusCode.INTERNAL, repr(e)))
                 for req in msg.generate:
                     try:
                         self.submit(req)

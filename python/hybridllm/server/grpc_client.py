@@ -23,11 +23,15 @@ class GrpcGenerateStream:
 
     def __init__(self, stub: pb_grpc.EngineStub, on_response: OnResponse,
                  on_end: OnEnd) -> None:
-        self._outbox: asyncio.Queue[pb.GenerateRequest | str | None] = asyncio.Queue()
+        self._outbox: asyncio.Queue[pb.GenerateRequest | pb.EmbedRequest | str | None] = (
+            asyncio.Queue())
         self._call = stub.GenerateStream(self._requests())
         self._reader = asyncio.ensure_future(self._read(on_response, on_end))
 
     def submit(self, req: pb.GenerateRequest) -> None:
+        self._outbox.put_nowait(req)
+
+    def submit_embed(self, req: pb.EmbedRequest) -> None:
         self._outbox.put_nowait(req)
 
     def abort(self, request_id: str) -> None:
@@ -48,6 +52,8 @@ class GrpcGenerateStream:
                     return  # the call has ended
                 if isinstance(item, str):
                     msg.abort.append(item)
+                elif isinstance(item, pb.EmbedRequest):
+                    msg.embed.append(item)
                 else:
                     msg.generate.append(item)
             yield msg

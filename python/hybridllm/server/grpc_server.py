@@ -14,8 +14,6 @@ import grpc
 from hybridllm.engine.async_llm_engine import AsyncLLMEngine
 from hybridllm.proto import engine_pb2 as pb
 from hybridllm.proto import engine_pb2_grpc as pb_grpc
-from hybridllm.server.embed_call import EmbedCall
-from hybridllm.server.engine_mux import EngineCallError
 from hybridllm.server.generate_stream import GenerateStreamCall
 
 logger = logging.getLogger("hybridllm.worker")
@@ -57,24 +55,6 @@ class EngineServicer(pb_grpc.EngineServicer):
         self.draining = True
         for call in self.calls:
             call.drain()
-
-    async def Embed(  # noqa: N802
-        self, request: pb.EmbedRequest, context: grpc.aio.ServicerContext | None
-    ) -> pb.EmbedResponse:
-        """In-process (context None) a failure raises EngineCallError; over gRPC it is the
-        call's status."""
-        try:
-            if self.engine.engine.config.task != "embed":
-                raise EngineCallError("FAILED_PRECONDITION",
-                                      "Embed needs an embedding model; this one generates.")
-            if self.draining:
-                raise EngineCallError("UNAVAILABLE", "the engine is shutting down")
-            return await EmbedCall(self.engine, request).run()
-        except EngineCallError as e:
-            if context is None:
-                raise
-            await context.abort(grpc.StatusCode[e.code], e.message)
-            raise  # unreachable: abort raises
 
     async def Abort(  # noqa: N802
         self, request: pb.AbortRequest, context: grpc.aio.ServicerContext

@@ -144,3 +144,39 @@ async fn without_a_worker_a_request_fails_unavailable() {
     assert_eq!(err.code(), Code::Unavailable);
     assert!(stream.next().await.is_none());
 }
+
+#[tokio::test]
+async fn embed_is_answered_by_one_response_and_dropping_it_early_aborts() {
+    let mux = EngineMux::new(crate::engine_client::connect("http://127.0.0.1:1").unwrap());
+    let (call, mut inbox) = Call::new();
+    *mux.call.lock().unwrap() = Some(call.clone());
+    let req = pb::EmbedRequest {
+        request_id: "e".into(),
+        inputs: vec![pb::EmbedInput {
+            token_ids: vec![1, 2],
+        }],
+        normalize: None,
+    };
+    let answer = mux.embed(req.clone());
+    let msg = next_message(&mut inbox).await.unwrap();
+    assert_eq!(msg.embed, std::slice::from_ref(&req));
+    let vector = pb::Embedding {
+        values: vec![0.5, 1.0],
+    };
+    call.dispatch(batch(vec![pb::GenerateResponse {
+        request_id: "e".into(),
+        finished: true,
+        embeddings: vec![vector.clone()],
+        ..Default::default()
+    }]));
+    assert_eq!(answer.await.unwrap(), [vector]);
+    // Answered: nothing to abort. Dropped before its answer: aborted once.
+    assert!(inbox.try_recv().is_err());
+    drop(mux.embed(pb::EmbedRequest {
+        request_id: "f".into(),
+        ..req
+    }));
+    let msg = next_message(&mut inbox).await.unwrap();
+    assert_eq!((msg.embed.len(), msg.abort), (1, vec!["f".to_string()]));
+    assert!(call.routes.lock().unwrap().as_ref().unwrap().is_empty());
+}

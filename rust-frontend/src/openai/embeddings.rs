@@ -276,7 +276,6 @@ pub async fn handle(
         .map_err(ApiError::from_status)?;
     let base64 = req.encoding_format.as_deref() == Some("base64");
     let data: Vec<Datum> = reply
-        .embeddings
         .into_iter()
         .enumerate()
         .map(|(index, e)| Datum {
