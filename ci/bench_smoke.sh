@@ -2,7 +2,8 @@
 # Small versions of the serving benchmarks (about 1-2 minutes): `bench serve` and `bench
 # batching` against the real bundled model behind the Rust frontend, then `bench
 # frontend-overhead` (Rust vs Python frontend, mock engine), then `bench embed` (offline
-# embeddings vs sentence-transformers, 64 sentences). Figures are printed against their
+# embeddings vs sentence-transformers, 64 sentences; served /v1/embeddings, Rust vs Python,
+# mock pooling runner and real model). Figures are printed against their
 # targets; timings never fail this script, only crashes and failed requests do.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,6 +37,7 @@ trap - EXIT
 echo "-- bench frontend-overhead (mock engine, Rust vs Python frontend)"
 hybridllm bench frontend-overhead --repeats 1 --concurrency 64 --requests-per-level 1024 \
   --baseline-requests 20 --disable-tqdm --result-json "$out/overhead.json" | tail -n 9
-echo "-- bench embed (LLM.embed vs sentence-transformers, 64 sentences)"
-hybridllm bench embed --num-sentences 64 --rounds 1 --result-json "$out/embed.json" | tail -n 5
+echo "-- bench embed (LLM.embed vs sentence-transformers, 64 sentences; served, Rust vs Python)"
+hybridllm bench embed --num-sentences 64 --rounds 1 --serve-requests 400 \
+  --serve-real-requests 32 --serve-rounds 1 --result-json "$out/embed.json" | tail -n 12
 echo "bench smoke: results in $out"
