@@ -41,7 +41,6 @@ class GenerateStreamCall:
         self.active: dict[str, ResponseBuilder | PendingEmbed] = {}
         # An embedding request's inputs (engine request id -> its request, input index).
         self.parts: dict[str, tuple[PendingEmbed, int]] = {}
-        self.embed_model = engine.engine.config.task == "embed"
         self._pending: list[bytes] = []  # serialized GenerateStreamResponses
         self._ready = asyncio.Event()
         self._reader_done = False
@@ -52,6 +51,10 @@ class GenerateStreamCall:
         """An EngineMux's call with no gRPC in between (engine_mux.OpenStream); it never ends,
         so on_end is never called."""
         return cls(engine, on_response=on_response)
+
+    @property
+    def embed_model(self) -> bool:
+        return self.engine.engine.config.task == "embed"
 
     def drain(self) -> None:
         self.draining = True
