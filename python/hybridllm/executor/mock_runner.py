@@ -21,6 +21,16 @@ _FIRST_TOKEN = 1000
 _NUM_TOKENS = 256
 
 
+def _take_step_time(step_s: float, while_running: Callable[[], None] | None) -> None:
+    """A forward pass's wall time, `while_running` done within it (as on a GPU)."""
+    start = time.perf_counter()
+    if while_running is not None:
+        while_running()
+    left = step_s - (time.perf_counter() - start)
+    if left > 0:
+        time.sleep(left)
+
+
 class MockModelRunner:
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
@@ -31,12 +41,7 @@ class MockModelRunner:
         self, sched: SchedulerOutput, while_running: Callable[[], None] | None = None
     ) -> StepResult:
         """Like a GPU forward pass: `while_running` runs within the step's time, not after."""
-        start = time.perf_counter()
-        if while_running is not None:
-            while_running()
-        left = self.step_s - (time.perf_counter() - start)
-        if left > 0:
-            time.sleep(left)
+        _take_step_time(self.step_s, while_running)
         seqs = [item.seq for item in sched.scheduled if item.samples]
         tokens = [_FIRST_TOKEN + s.num_tokens % _NUM_TOKENS for s in seqs]
         none: list[None] = [None] * len(seqs)
@@ -58,12 +63,7 @@ class MockPoolingRunner:
     def execute(
         self, sched: PoolingSchedulerOutput, while_running: Callable[[], None] | None = None
     ) -> torch.Tensor:
-        start = time.perf_counter()
-        if while_running is not None:
-            while_running()
-        left = self.step_s - (time.perf_counter() - start)
-        if left > 0:
-            time.sleep(left)
+        _take_step_time(self.step_s, while_running)
         hidden = self.hidden_size
         out = torch.zeros(len(sched.requests), hidden)
         for row, request in enumerate(sched.requests):

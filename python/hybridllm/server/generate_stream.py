@@ -215,25 +215,23 @@ class GenerateStreamCall:
         for rid in list(self.active):
             self.abort(rid)
 
+    def _submit_or_refuse(self, rid: str, submit: Callable[[], None]) -> None:
+        try:
+            submit()
+        except Exception as e:  # noqa: BLE001 - a dead reader would hang the call
+            logger.exception("submitting %s failed", rid)
+            self.abort(rid)
+            self._push(rejected(rid, grpc.StatusCode.INTERNAL, repr(e)))
+
     async def read(self, requests: AsyncIterator[pb.GenerateStreamRequest]) -> None:
         try:
             async for msg in requests:
                 for rid in msg.abort:
                     self.abort(rid)
                 for embed in msg.embed:
-                    try:
-                        self.submit_embed(embed)
-                    except Exception as e:  # noqa: BLE001 - a dead reader would hang the call
-                        logger.exception("submitting %s failed", embed.request_id)
-                        self.abort(embed.request_id)
-                        self._push(rejected(embed.request_id, grpc.StatusCode.INTERNAL, repr(e)))
+                    self._submit_or_refuse(embed.request_id, partial(self.submit_embed, embed))
                 for req in msg.generate:
-                    try:
-                        self.submit(req)
-                    except Exception as e:  # noqa: BLE001 - a dead reader would hang the call
-                        logger.exception("submitting %s failed", req.request_id)
-                        self.abort(req.request_id)
-                        self._push(rejected(req.request_id, grpc.StatusCode.INTERNAL, repr(e)))
+                    self._submit_or_refuse(req.request_id, partial(self.submit, req))
         finally:
             self._reader_done = True
             self._ready.set()
