@@ -52,9 +52,7 @@ class ModelInputs:
 class ModelRunner:
     def __init__(self, config: EngineConfig, sampler: TokenSampler) -> None:
         """`sampler` picks each sampling row's token (sampling/: the engine chooses it)."""
-        self.config = config
-        self.device = config.device
-        self.block_size = config.args.block_size
+        self._init_host(config, sampler)
         if self.device.type == "cpu":
             keep_freed_memory()
         torch.manual_seed(config.args.seed)
@@ -71,13 +69,19 @@ class ModelRunner:
             self.model.pack_for_cpu()
         self.backend = get_attention_backend(self.device, config.args.attention_backend)
         self.model.set_layer_ops(select_layer_ops(self.device, self.backend.name))
-        self.sampler = sampler
         peak = None
         if needs_profile(config):
             peak = profile_peak_bytes(config, self.model, self.backend)
         self.num_blocks = num_kv_blocks(config, peak)
         self.kv_caches = allocate_kv_caches(config, self.num_blocks)
         self.graphs = self._capture_graphs()
+
+    def _init_host(self, config: EngineConfig, sampler: TokenSampler) -> None:
+        """The host-side state, apart from the model (FakeForwardRunner shares it)."""
+        self.config = config
+        self.device = config.device
+        self.block_size = config.args.block_size
+        self.sampler = sampler
 
     def _capture_graphs(self) -> DecodeGraphs | None:
         """Decode graphs on CUDA with the Triton backend (the torch backend plans from host
