@@ -65,6 +65,7 @@ def _build_engine(args: argparse.Namespace) -> Any:
     from hybridllm.config import EngineArgs
     from hybridllm.engine.llm_engine import LLMEngine
     from hybridllm.executor.fake_forward import FakeForwardRunner
+    from hybridllm.sampling import build_sampler
 
     # Room for every sequence to the end of the run (and the steps of its prefill).
     tokens = args.num_seqs * (2 * args.prompt_len + args.block_size + args.warmup_steps
@@ -76,7 +77,10 @@ def _build_engine(args: argparse.Namespace) -> Any:
         enable_prefix_caching=True,
     )
     engine = LLMEngine.from_engine_args(engine_args, detokenize=False)
-    engine.runner = FakeForwardRunner(engine.config)
+    config = engine.config
+    engine.runner = FakeForwardRunner(
+        config, build_sampler(config.model, config.args.seed, config.device)
+    )
     return engine
 
 

@@ -13,7 +13,7 @@ import torch
 from hybridllm.config import EngineConfig
 from hybridllm.executor.kv_cache import num_kv_blocks
 from hybridllm.executor.model_runner import ModelRunner
-from hybridllm.sampling import build_sampler
+from hybridllm.step_types import TokenSampler
 
 _FAKE_VOCAB = 16  # logits width: argmax over it costs next to nothing
 
@@ -36,8 +36,8 @@ class FakeModel:
 
 
 class FakeForwardRunner(ModelRunner):
-    def __init__(self, config: EngineConfig) -> None:  # noqa: D107 - no model to load
-        sampler = build_sampler(config.model, config.args.seed, config.device)
+    def __init__(self, config: EngineConfig, sampler: TokenSampler) -> None:
+        # ModelRunner's host state, without loading a model or allocating a KV cache.
         self._init_host(config, sampler)
         self.model = FakeModel(config.scheduler.max_num_batched_tokens)
         self.backend = None
