@@ -74,6 +74,7 @@ class InputBatch:
         for seq_id in [i for i in self.row_of if i not in keep]:
             row = self.row_of.pop(seq_id)
             self._tables[row] = None
+            self.block_table[row, : self._num_blocks[row]] = 0  # a free row is all zeros
             self.num_blocks[row] = self._num_blocks[row] = 0
             self._free_rows.append(row)
         row_of = self.row_of
@@ -103,8 +104,10 @@ class InputBatch:
         self._free_rows[:0] = range(rows - 1, old_rows - 1, -1)
 
     def _write_row(self, row: int, table: list[int]) -> None:
-        n = len(table)
-        old = self._num_blocks[row] if table is self._tables[row] else 0
+        n, old = len(table), self._num_blocks[row]
+        if table is not self._tables[row]:  # a new table (joined, or recomputed): whole row
+            self.block_table[row, n:old] = 0  # as a fresh build pads it
+            old = 0
         if n > self.block_table.shape[1]:
             self._grow(cols=max(n, 2 * self.block_table.shape[1]))
         if n > old:
