@@ -147,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
           + ", ".join(f"{r['step_ms']:.3f}" for r in results) + ")")
     print("  split (median per part): " + " / ".join(
         f"{p} {best['parts_ms'][p]:.3f}" for p in PARTS) + " ms")
-    verdict = "meets" if best["step_ms"] <= TARGET_MS else "misses"
+    verdict = "MET" if best["step_ms"] <= TARGET_MS else "NOT MET"
     print(f"  target <= {TARGET_MS} ms per step at 256 sequences: {verdict}")
     if args.result_json:
         with open(args.result_json, "w") as f:
