@@ -2,8 +2,7 @@
 # Small versions of the serving benchmarks (about 1-2 minutes): `bench serve` and `bench
 # batching` against the real bundled model behind the Rust frontend, then `bench
 # frontend-overhead` (Rust vs Python frontend, mock engine), then `bench embed` (offline
-# embeddings vs sentence-transformers, 64 sentences), then `bench engine-step` (host time of
-# an engine step at 256 decode sequences, fake forward pass). Figures are printed against their
+# embeddings vs sentence-transformers, 64 sentences). Figures are printed against their
 # targets; timings never fail this script, only crashes and failed requests do.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,12 +33,13 @@ hybridllm bench batching --base-url "$url" --max-concurrency 1,4,16 --min-prompt
 kill "$server"; wait "$server" 2>/dev/null || true
 trap - EXIT
 
+# The engine's host time per step (issue 19): 256 decode sequences, fake forward pass.
+echo "-- bench engine-step (host time per step, 256 decode sequences, fake forward pass)"
+hybridllm bench engine-step --warmup-steps 10 --steps 60 --runs 1 \
+  --result-json "$out/engine_step.json" | tail -n 4
 echo "-- bench frontend-overhead (mock engine, Rust vs Python frontend)"
 hybridllm bench frontend-overhead --repeats 1 --concurrency 64 --requests-per-level 1024 \
   --baseline-requests 20 --disable-tqdm --result-json "$out/overhead.json" | tail -n 9
 echo "-- bench embed (LLM.embed vs sentence-transformers, 64 sentences)"
 hybridllm bench embed --num-sentences 64 --rounds 1 --result-json "$out/embed.json" | tail -n 5
-echo "-- bench engine-step (host time per step, 256 decode sequences, fake forward pass)"
-hybridllm bench engine-step --warmup-steps 10 --steps 60 --runs 1 \
-  --result-json "$out/engine_step.json" | tail -n 4
 echo "bench smoke: results in $out"
