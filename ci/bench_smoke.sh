@@ -34,6 +34,10 @@ hybridllm bench batching --base-url "$url" --max-concurrency 1,4,16 --min-prompt
 kill "$server"; wait "$server" 2>/dev/null || true
 trap - EXIT
 
+# The engine's host time per step (issue 19): 256 decode sequences, fake forward pass.
+echo "-- bench engine-step (host time per step, 256 decode sequences, fake forward pass)"
+hybridllm bench engine-step --warmup-steps 10 --steps 60 --runs 1 \
+  --result-json "$out/engine_step.json" | tail -n 4
 echo "-- bench frontend-overhead (mock engine, Rust vs Python frontend)"
 hybridllm bench frontend-overhead --repeats 1 --concurrency 64 --requests-per-level 1024 \
   --baseline-requests 20 --disable-tqdm --result-json "$out/overhead.json" | tail -n 9

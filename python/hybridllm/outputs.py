@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, overload
 
 if TYPE_CHECKING:
     import torch
@@ -19,11 +20,57 @@ class Logprob:
     decoded_token: str | None = None
 
 
+class TokenIdsView(Sequence):
+    """ids[start:stop] of an append-only list, without copying it: a running sequence's
+    output ids as of one step (its later tokens are past `stop`). Outputs are made for every
+    running request every step, and copying each sequence's ids made that grow with the
+    output length; a finished sequence's output gets a plain list. Reads like the list
+    (indexing, slicing, len, iteration) and compares equal to a list or tuple of its ids."""
+
+    __slots__ = ("_ids", "_start", "_stop")
+
+    def __init__(self, ids: list[int], start: int, stop: int) -> None:
+        self._ids, self._start, self._stop = ids, start, stop
+
+    def __len__(self) -> int:
+        return self._stop - self._start
+
+    @overload
+    def __getitem__(self, i: int) -> int: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[int]: ...
+    def __getitem__(self, i: int | slice) -> int | list[int]:
+        n = self._stop - self._start
+        if isinstance(i, slice):
+            start, stop, step = i.indices(n)
+            if step == 1:  # the delta a consumer takes: only those ids are copied
+                return self._ids[self._start + start : self._start + max(stop, start)]
+            return self._ids[self._start : self._stop][i]
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("token index out of range")
+        return self._ids[self._start + i]
+
+    def __iter__(self) -> Any:
+        return iter(self._ids[self._start : self._stop])
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (list, tuple, TokenIdsView)):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # equal to lists, which are unhashable
+
+    def __repr__(self) -> str:
+        return repr(list(self))
+
+
 @dataclass
 class CompletionOutput:
     index: int
     text: str
-    token_ids: list[int]
+    token_ids: list[int] | TokenIdsView  # a list once the sequence has finished
     cumulative_logprob: float | None
     logprobs: list[LogprobsDict] | None
     finish_reason: str | None = None  # "stop", "length", "abort", "error" or None

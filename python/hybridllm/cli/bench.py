@@ -1,4 +1,4 @@
-"""`hybridllm bench throughput|serve|frontend-overhead|batching|embed`."""
+"""`hybridllm bench throughput|serve|frontend-overhead|batching|embed|engine-step`."""
 
 from __future__ import annotations
 
@@ -8,10 +8,18 @@ import argparse
 def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("bench", help="Benchmarks.")
     kinds = parser.add_subparsers(dest="bench", required=True)
-    from hybridllm.bench import batching, embed, frontend_overhead, serve, throughput
+    from hybridllm.bench import (
+        batching,
+        embed,
+        engine_step,
+        frontend_overhead,
+        serve,
+        throughput,
+    )
 
     throughput.add_parser(kinds)
     serve.add_parser(kinds)
     frontend_overhead.add_parser(kinds)
     batching.add_parser(kinds)
     embed.add_parser(kinds)
+    engine_step.add_parser(kinds)

@@ -40,18 +40,20 @@ class Scheduler:
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
         budget = self.config.max_num_batched_tokens
+        # Runs for every running sequence every step: names bound once, no property calls.
+        running, allocate, scheduled = self.running, self.kv.allocate, out.scheduled
         i = 0
-        while i < len(self.running) and budget > 0:
-            seq = self.running[i]
-            num_new = min(seq.num_tokens - seq.num_computed_tokens, budget)
-            while not self.kv.allocate(seq, num_new):
-                victim = self.running.pop()
+        while i < len(running) and budget > 0:
+            seq = running[i]
+            num_new = min(len(seq.token_ids) - seq.num_computed_tokens, budget)
+            while not allocate(seq, num_new):
+                victim = running.pop()
                 self._preempt(victim)
                 out.num_preempted += 1
                 if victim is seq:
                     break
             else:
-                out.scheduled.append(ScheduledSeq(seq, num_new))
+                scheduled.append(ScheduledSeq(seq, num_new))
                 budget -= num_new
                 i += 1
                 continue

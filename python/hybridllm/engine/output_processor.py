@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from tokenizers import Tokenizer as HfTokenizer
 
-from hybridllm.outputs import CompletionOutput, RequestOutput
+from hybridllm.outputs import CompletionOutput, RequestOutput, TokenIdsView
 from hybridllm.sequence import Request, Sequence
 from hybridllm.text.sequence_text import SequenceText
 from hybridllm.text.tokenizer import DecodeOpts, Tokenizer
@@ -57,30 +57,42 @@ class OutputProcessor:
         return state.text if state is not None else ""
 
     def make_output(self, request: Request) -> RequestOutput:
+        # Called for every running request every step: attribute reads kept to what is used.
+        texts = self._text
         outputs = []
         for seq in request.seqs:
             want_lp = seq.params.logprobs is not None
+            state = texts.get(seq.seq_id) if texts else None
             outputs.append(
                 CompletionOutput(
                     seq.index,
-                    self.text_of(seq),
-                    seq.output_token_ids,
+                    state.text if state is not None else "",
+                    _output_ids(seq),
                     seq.cumulative_logprob if want_lp else None,
                     list(seq.output_logprobs) if want_lp else None,
                     seq.finish_reason,
                     seq.stop_reason,
                 )
             )
-        finished = request.finished
-        if finished:
+        finished = request.num_finished_seqs == len(outputs)
+        if finished and texts:
             for seq in request.seqs:
-                self._text.pop(seq.seq_id, None)
+                texts.pop(seq.seq_id, None)
         return RequestOutput(
-            request_id=request.request_id,
-            prompt=request.prompt,
-            prompt_token_ids=request.prompt_token_ids,
-            prompt_logprobs=request.prompt_logprobs,
-            outputs=outputs,
-            finished=finished,
-            num_cached_tokens=request.num_cached_tokens,
+            request.request_id,
+            request.prompt,
+            request.prompt_token_ids,
+            request.prompt_logprobs,
+            outputs,
+            finished,
+            request.seqs[0].num_cached_tokens,
         )
+
+
+def _output_ids(seq: Sequence) -> list[int] | TokenIdsView:
+    """The output ids as of now (consumers may read them after later steps): a view of the
+    append-only token list while the sequence runs, which copies nothing, then a list."""
+    ids = seq.token_ids
+    if seq.finish_reason is None:
+        return TokenIdsView(ids, seq.num_prompt_tokens, len(ids))
+    return ids[seq.num_prompt_tokens :]

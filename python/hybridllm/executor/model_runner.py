@@ -11,12 +11,14 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from hybridllm.attention import get_attention_backend
 from hybridllm.config import EngineConfig
 from hybridllm.executor.cpu_env import keep_freed_memory
 from hybridllm.executor.cuda_graph import DecodeGraphs, capture_sizes
+from hybridllm.executor.input_batch import InputBatch
 from hybridllm.executor.kv_cache import (
     allocate_kv_caches,
     needs_profile,
@@ -52,9 +54,7 @@ class ModelInputs:
 class ModelRunner:
     def __init__(self, config: EngineConfig, sampler: TokenSampler) -> None:
         """`sampler` picks each sampling row's token (sampling/: the engine chooses it)."""
-        self.config = config
-        self.device = config.device
-        self.block_size = config.args.block_size
+        self._init_host(config, sampler)
         if self.device.type == "cpu":
             keep_freed_memory()
         torch.manual_seed(config.args.seed)
@@ -71,13 +71,23 @@ class ModelRunner:
             self.model.pack_for_cpu()
         self.backend = get_attention_backend(self.device, config.args.attention_backend)
         self.model.set_layer_ops(select_layer_ops(self.device, self.backend.name))
-        self.sampler = sampler
         peak = None
         if needs_profile(config):
             peak = profile_peak_bytes(config, self.model, self.backend)
         self.num_blocks = num_kv_blocks(config, peak)
         self.kv_caches = allocate_kv_caches(config, self.num_blocks)
         self.graphs = self._capture_graphs()
+
+    def _init_host(self, config: EngineConfig, sampler: TokenSampler) -> None:
+        """The host-side state, apart from the model (FakeForwardRunner shares it)."""
+        self.config = config
+        self.device = config.device
+        self.block_size = config.args.block_size
+        self.sampler = sampler
+        self.input_batch = InputBatch(
+            config.scheduler.max_num_seqs, -(-config.max_model_len // self.block_size),
+            self.block_size,
+        )
 
     def _capture_graphs(self) -> DecodeGraphs | None:
         """Decode graphs on CUDA with the Triton backend (the torch backend plans from host
@@ -98,67 +108,32 @@ class ModelRunner:
         graphs.capture()
         return graphs
 
-    def _tensor(self, values: list[int], dtype: torch.dtype) -> torch.Tensor:
+    def _to_device(self, host: np.ndarray | list[int], dtype: torch.dtype) -> torch.Tensor:
+        tensor = torch.as_tensor(host, dtype=dtype)
         if self.device.type == "cuda":
             # Pinned, so the copy is asynchronous and the host goes on preparing.
-            host = torch.tensor(values, dtype=dtype).pin_memory()
-            return host.to(self.device, non_blocking=True)
-        return torch.tensor(values, dtype=dtype, device=self.device)
+            return tensor.pin_memory().to(self.device, non_blocking=True)
+        return tensor
 
     def prepare(self, sched: SchedulerOutput) -> ModelInputs:
-        bs = self.block_size
-        ids: list[int] = []
-        positions: list[int] = []
-        slots: list[int] = []
-        cu = [0]
-        seq_lens: list[int] = []
-        q_lens: list[int] = []
-        sample_rows: list[int] = []
-        sample_seqs: list[Sequence] = []
-        prompt_lp: list[tuple[Sequence, int, list[int]]] = []
-        for item in sched.scheduled:
-            seq, n = item.seq, item.num_new_tokens
-            start = seq.num_computed_tokens
-            row0 = len(ids)
-            ids.extend(seq.token_ids[start : start + n])
-            positions.extend(range(start, start + n))
-            table = seq.block_table
-            slots.extend(table[p // bs] * bs + p % bs for p in range(start, start + n))
-            cu.append(len(ids))
-            seq_lens.append(start + n)
-            q_lens.append(n)
-            if item.samples:
-                sample_rows.append(len(ids) - 1)
-                sample_seqs.append(seq)
-            if seq.wants_prompt_logprobs and start < seq.num_prompt_tokens - 1:
-                # Row at position p predicts prompt token p + 1.
-                end = min(start + n, seq.num_prompt_tokens - 1)
-                prompt_lp.append((seq, start, list(range(row0, row0 + end - start))))
-        width = max(len(i.seq.block_table) for i in sched.scheduled)
-        tables = torch.zeros(len(sched.scheduled), width, dtype=torch.int32)
-        for r, item in enumerate(sched.scheduled):
-            tables[r, : len(item.seq.block_table)] = torch.tensor(
-                item.seq.block_table, dtype=torch.int32
-            )
-        if self.device.type == "cuda":
-            tables = tables.pin_memory().to(self.device, non_blocking=True)
+        host = self.input_batch.prepare(sched)
         meta = AttentionMetadata(
-            slot_mapping=self._tensor(slots, torch.int64),
-            cu_seqlens_q=self._tensor(cu, torch.int32),
-            seq_lens=self._tensor(seq_lens, torch.int32),
-            block_tables=tables.to(self.device),
-            max_seqlen_q=max(q_lens),
-            max_seqlen_k=max(seq_lens),
-            query_lens_host=q_lens,
-            seq_lens_host=seq_lens,
+            slot_mapping=self._to_device(host.slot_mapping, torch.int64),
+            cu_seqlens_q=self._to_device(host.cu_seqlens_q, torch.int32),
+            seq_lens=self._to_device(host.seq_lens, torch.int32),
+            block_tables=self._to_device(host.block_tables, torch.int32),
+            max_seqlen_q=max(host.query_lens),
+            max_seqlen_k=max(host.seq_lens_host),
+            query_lens_host=host.query_lens,
+            seq_lens_host=host.seq_lens_host,
         )
         return ModelInputs(
-            input_ids=self._tensor(ids, torch.int64),
-            positions=self._tensor(positions, torch.int64),
+            input_ids=self._to_device(host.input_ids, torch.int64),
+            positions=self._to_device(host.positions, torch.int64),
             meta=meta,
-            sample_rows=sample_rows,
-            sample_seqs=sample_seqs,
-            prompt_lp=prompt_lp,
+            sample_rows=host.sample_rows,
+            sample_seqs=host.sample_seqs,
+            prompt_lp=host.prompt_lp,
         )
 
     @torch.inference_mode()
@@ -185,7 +160,7 @@ class ModelRunner:
             logits = self.model.compute_logits(hidden)
             sampled = self.sampler(logits, inputs.sample_seqs)
         elif inputs.sample_rows:
-            rows = self._tensor(inputs.sample_rows, torch.int64)
+            rows = self._to_device(inputs.sample_rows, torch.int64)
             logits = self.model.compute_logits(hidden.index_select(0, rows))
             sampled = self.sampler(logits, inputs.sample_seqs)
         else:

@@ -111,7 +111,7 @@ def _plain_greedy(seq: Sequence) -> bool:
     return (
         p.greedy
         and p.logprobs is None
-        and seq.num_output_tokens >= p.min_tokens
+        and (not p.min_tokens or seq.num_output_tokens >= p.min_tokens)
         and not p.logit_bias
         and p.repetition_penalty == 1.0
         and p.frequency_penalty == 0.0
