@@ -54,7 +54,7 @@ class ResponseBuilder:
             prompt_tokens=len(out.prompt_token_ids), cached_tokens=out.num_cached_tokens
         )
         if out.prompt_logprobs is not None:
-            prompt.prompt_logprobs.append(first_position())
+            prompt.prompt_logprobs.append(first_position(out.prompt_token_ids[0]))
             k = self.params.prompt_logprobs or 0
             for pos, entry in enumerate(out.prompt_logprobs[1:], start=1):
                 prompt.prompt_logprobs.append(
