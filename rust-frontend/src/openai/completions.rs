@@ -91,13 +91,19 @@ pub async fn handle(
         return Err(ApiError::bad_param("suffix", "suffix is not supported."));
     }
     let echo = req.echo.unwrap_or(false);
-    if echo && req.logprobs.is_some() {
+    let stream = req.stream.unwrap_or(false);
+    if echo && stream && req.logprobs.is_some() {
         return Err(ApiError::bad_param(
             "echo",
-            "echo together with logprobs is not supported.",
+            "echo together with logprobs is not supported when streaming.",
         ));
     }
-    let params = req.sampling.validate(req.logprobs, state.vocab_size)?;
+    let mut params = req.sampling.validate(req.logprobs, state.vocab_size)?;
+    // As vLLM: echoed logprobs are the prompt's, so ask the engine for them.
+    let echo_logprobs = echo && params.logprobs.is_some();
+    if echo_logprobs && params.sampling.prompt_logprobs.is_none() {
+        params.sampling.prompt_logprobs = params.logprobs;
+    }
     let mut gens = vec![];
     let mut echoes = vec![];
     let id = new_id("cmpl");
@@ -154,7 +160,7 @@ pub async fn handle(
     };
     let logprobs = params.logprobs;
     let events = generate_many(state.clone(), gens).await?;
-    if req.stream.unwrap_or(false) {
+    if stream {
         let echoes = if echo { echoes } else { vec![] };
         let stream = StreamSetup {
             head,
@@ -174,7 +180,11 @@ pub async fn handle(
             let lp = match logprobs {
                 Some(top_n) => {
                     let mut lp = CompletionLogprobs::default();
-                    for x in &choice.logprobs {
+                    let prompt = match echo_logprobs {
+                        true => c.prompt_positions[i / n].as_slice(),
+                        false => &[],
+                    };
+                    for x in prompt.iter().chain(&choice.logprobs) {
                         lp.push(&state.tokenizer, x, top_n);
                     }
                     lp.to_json()

@@ -59,9 +59,13 @@ async def completions(request: Request) -> Response:
     if req.suffix is not None:
         raise bad("suffix is not supported.", "suffix")
     echo = bool(req.echo)
-    if echo and req.logprobs is not None:
-        raise bad("echo together with logprobs is not supported.", "echo")
+    if echo and req.stream and req.logprobs is not None:
+        raise bad("echo together with logprobs is not supported when streaming.", "echo")
     params = validate(req, req.logprobs, state.vocab_size)
+    # As vLLM: echoed logprobs are the prompt's, so ask the engine for them.
+    echo_lp = echo and params.logprobs is not None
+    if echo_lp and not params.sampling.HasField("prompt_logprobs"):
+        params.sampling.prompt_logprobs = params.logprobs
     gens, echoes = [], []
     rid = new_id("cmpl")
     for i, p in enumerate(parse_prompts(req.prompt)):
@@ -104,7 +108,9 @@ async def completions(request: Request) -> Response:
         "id": rid, "object": "text_completion", "created": created, "model": model,
         "choices": [{
             "index": i, "text": echoes[i // n] + c.text,
-            "logprobs": completion_logprobs(tok, c.logprobs, top_n)[0] if want_lp else None,
+            "logprobs": completion_logprobs(
+                tok, [*(prompts[i // n].prompt_logprobs if echo_lp else []), *c.logprobs],
+                top_n)[0] if want_lp else None,
             "finish_reason": c.finish.reason, "stop_reason": c.finish.stop_reason,
             "prompt_logprobs": prompt_logprobs(tok, prompts[i // n].prompt_logprobs),
         } for i, c in enumerate(choices)],
