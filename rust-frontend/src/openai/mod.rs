@@ -1,7 +1,7 @@
 //! OpenAI-compatible endpoints (with vLLM's extensions).
 //!
-//! The handlers (`chat`, `completions`, `models`) never import each other: what they share
-//! lives in the modules below them (`request`, `prompt`, `generate`, `text_deltas`,
+//! The handlers (`chat`, `completions`, `models`, `tokenizer_info`) never import each other:
+//! what they share lives in the modules below them (`request`, `prompt`, `generate`, `text_deltas`,
 //! `aggregate`, `response`, `logprobs`, `sse`). This module only declares them.
 pub mod aggregate;
 pub mod chat;
@@ -14,3 +14,4 @@ pub mod request;
 pub mod response;
 pub mod sse;
 pub mod text_deltas;
+pub mod tokenizer_info;

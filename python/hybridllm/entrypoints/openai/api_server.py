@@ -20,7 +20,12 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hybridllm.entrypoints.engine_client import EngineClient
-from hybridllm.entrypoints.openai import serving_chat, serving_completions, serving_misc
+from hybridllm.entrypoints.openai import (
+    serving_chat,
+    serving_completions,
+    serving_misc,
+    serving_tokenizer_info,
+)
 from hybridllm.entrypoints.openai.errors import UNAUTHORIZED, ApiError, internal
 from hybridllm.entrypoints.openai.metrics import Metrics
 from hybridllm.entrypoints.openai.state import AppState
@@ -87,7 +92,7 @@ def build_app(engine: EngineClient, opts: ServeOptions | None = None,
             await engine.close()
 
     app = FastAPI(lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
-    for module in (serving_chat, serving_completions, serving_misc):
+    for module in (serving_chat, serving_completions, serving_misc, serving_tokenizer_info):
         app.include_router(module.router)
 
     @app.exception_handler(ApiError)
