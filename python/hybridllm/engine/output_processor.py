@@ -83,4 +83,5 @@ class OutputProcessor:
             outputs=outputs,
             finished=finished,
             num_cached_tokens=request.num_cached_tokens,
+            metrics=request.metrics,
         )

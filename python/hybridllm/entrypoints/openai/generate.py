@@ -81,7 +81,10 @@ class GenStream:
 
     def _process(self, resp: pb.GenerateResponse) -> list[Event]:
         st, tok = self.state, self.state.tokenizer
-        events: list[Event] = [resp.prompt] if resp.HasField("prompt") else []
+        events: list[Event] = []
+        if resp.HasField("prompt"):
+            st.metrics.queue_time.observe(resp.prompt.queue_time_s)
+            events.append(resp.prompt)
         now = time.monotonic()
         if any(d.token_ids for d in resp.sequences):
             if self.last_token is None:

@@ -135,6 +135,7 @@ async fn non_streamed_choices_of_two_prompts() {
             prompt_tokens: 2,
             cached_tokens: 2,
             prompt_logprobs: prompt_lps,
+            queue_time_s: 0.0,
         }),
         ..response(
             vec![
