@@ -227,10 +227,12 @@ async def collect(events: Events, prompts: list[pb.PromptInfo], n: int) -> list[
 
 async def stream_chunks(head: dict[str, Any], usage: bool, events: Events,
                         prompts: list[pb.PromptInfo], n: int, want_lp: bool, first: list[Any],
-                        choice: Callable[[int, Output], Any]) -> AsyncIterator[Any]:
+                        choice: Callable[[int, Output], Any],
+                        on_prompt: Callable[[int, pb.PromptInfo], list[Any]] | None = None,
+                        ) -> AsyncIterator[Any]:
     """A streamed response: chunks of `head` (id, object, created, model) with the `first`
-    choices, one per output that carries anything, then the usage if asked for (when every
-    chunk has `usage`, null but on the last)."""
+    choices, those `on_prompt` makes of a prompt's facts, one per output that carries anything,
+    then the usage if asked for (when every chunk has `usage`, null but on the last)."""
 
     def chunk(choices: list[Any], u: Any = None) -> dict[str, Any]:
         return {**head, "choices": choices, **({"usage": u} if usage else {})}
@@ -242,6 +244,8 @@ async def stream_chunks(head: dict[str, Any], usage: bool, events: Events,
         async for p, ev in events:
             if not isinstance(ev, Output):
                 prompts[p] = ev
+                for c in on_prompt(p, ev) if on_prompt else []:
+                    yield chunk([c])
                 continue
             completion += ev.num_tokens
             if ev.text or ev.finish is not None or (want_lp and ev.logprobs):

@@ -59,8 +59,6 @@ async def completions(request: Request) -> Response:
     if req.suffix is not None:
         raise bad("suffix is not supported.", "suffix")
     echo = bool(req.echo)
-    if echo and req.stream and req.logprobs is not None:
-        raise bad("echo together with logprobs is not supported when streaming.", "echo")
     params = validate(req, req.logprobs, state.vocab_size)
     # As vLLM: echoed logprobs are the prompt's, so ask the engine for them.
     echo_lp = echo and params.logprobs is not None
@@ -90,7 +88,16 @@ async def completions(request: Request) -> Response:
         head = {"id": rid, "object": "text_completion", "created": created, "model": model}
         offsets = [0] * (len(gens) * n)  # of each choice's next token in its text
         first = [{"index": i, "text": echoes[i // n], "logprobs": None, "finish_reason": None,
-                  "stop_reason": None} for i in range(len(gens) * n) if echo]
+                  "stop_reason": None} for i in range(len(gens) * n) if echo and not echo_lp]
+
+        def echo_with_logprobs(p: int, info: Any) -> list[Any]:
+            """The echo waits for the engine's prompt logprobs (completions.rs)."""
+            out = []
+            for i in range(p * n, p * n + n):
+                lps, offsets[i] = completion_logprobs(tok, info.prompt_logprobs, top_n)
+                out.append({"index": i, "text": echoes[p], "logprobs": lps,
+                            "finish_reason": None, "stop_reason": None})
+            return out
 
         def choice(i: int, ev: Output) -> Any:
             lps = None
@@ -101,7 +108,8 @@ async def completions(request: Request) -> Response:
                     "finish_reason": f.reason if f else None,
                     "stop_reason": f.stop_reason if f else None}
 
-        return SSEResponse(stream_chunks(head, usage, events, prompts, n, want_lp, first, choice))
+        return SSEResponse(stream_chunks(head, usage, events, prompts, n, want_lp, first, choice,
+                                         echo_with_logprobs if echo_lp else None))
 
     choices = await collect(events, prompts, n)
     return json_response({

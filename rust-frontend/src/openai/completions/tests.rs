@@ -227,12 +227,48 @@ async fn echo_with_logprobs_lists_the_prompt_tokens_first() {
     assert_eq!((sent.logprobs, sent.prompt_logprobs), (Some(1), Some(1)));
 }
 
+/// Streamed, the echo waits for the prompt's logprobs; the generated tokens' offsets follow.
 #[tokio::test]
-async fn streamed_echo_with_logprobs_is_refused() {
-    let body = json!({"prompt": "Hello", "echo": true, "logprobs": 1, "stream": true});
-    let (status, text) =
-        testing::post_text(testing::state(FakeEngine::new(vec![])), PATH, body).await;
-    assert_eq!(status, StatusCode::BAD_REQUEST);
-    assert!(text.contains(r#""param":"echo""#), "{text}");
-    assert!(text.contains("not supported when streaming"), "{text}");
+async fn streamed_echo_with_logprobs_carries_the_prompt_logprobs() {
+    let mut first = first_response(
+        2,
+        0,
+        vec![with_logprobs(
+            last_delta(0, &["foo"], Length, None),
+            "foo",
+            -0.25,
+            &[("foo", -0.25)],
+        )],
+        true,
+    );
+    first.prompt.as_mut().unwrap().prompt_logprobs = vec![
+        pb::PositionLogprobs {
+            token: Some(token_lp("Hello", f32::NAN, 0)),
+            top: vec![],
+        },
+        pb::PositionLogprobs {
+            token: Some(token_lp("world", -1.5, 2)),
+            top: vec![token_lp("foo", -0.5, 1)],
+        },
+    ];
+    let engine = FakeEngine::new(vec![Script::new(vec![first])]);
+    let body = json!({"prompt": [id("Hello"), id("world")], "echo": true, "logprobs": 1,
+        "max_tokens": 1, "stream": true});
+    let (status, text) = testing::post_text(testing::state(engine), PATH, body).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert_eq!(
+        text,
+        sse(&[
+            concat!(
+                r#""choices":[{"index":0,"text":"Hello world","logprobs":{"text_offset":[0,5],"#,
+                r#""token_logprobs":[null,-1.5],"tokens":["Hello","world"],"#,
+                r#""top_logprobs":[null,{"foo":-0.5,"world":-1.5}]},"finish_reason":null,"stop_reason":null}]"#,
+            ),
+            concat!(
+                r#""choices":[{"index":0,"text":" foo","logprobs":{"text_offset":[10],"#,
+                r#""token_logprobs":[-0.25],"tokens":["foo"],"top_logprobs":[{"foo":-0.25}]},"#,
+                r#""finish_reason":"length","stop_reason":null}]"#,
+            ),
+        ])
+    );
 }
