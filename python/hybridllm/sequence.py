@@ -34,6 +34,8 @@ class Request:
     seqs: list[Sequence] = field(default_factory=list)
     prompt_logprobs: list[LogprobsDict | None] | None = None
     first_token_time: float | None = None
+    # vLLM's RequestMetrics that leave the engine: `time_in_queue` (arrival to first scheduled)
+    metrics: dict[str, float] = field(default_factory=dict)
     reported_first: bool = False
     num_finished_seqs: int = 0  # kept by Sequence.finish: asked per request every step
 

@@ -24,6 +24,7 @@ pub struct Metrics {
     pub ttft: Histogram,
     pub itl: Histogram,
     pub e2e: Histogram,
+    pub queue_time: Histogram,
 }
 
 fn hist(name: &str, help: &str, buckets: Vec<f64>) -> Histogram {
@@ -111,14 +112,20 @@ impl Metrics {
             "Time between output tokens in seconds.",
             lat.clone(),
         );
+        let long = {
+            let mut b = lat;
+            b.extend([120.0, 240.0, 480.0, 960.0]);
+            b
+        };
         let e2e = hist(
             "hybridllm:e2e_request_latency_seconds",
             "End-to-end request latency in seconds.",
-            {
-                let mut b = lat;
-                b.extend([120.0, 240.0, 480.0, 960.0]);
-                b
-            },
+            long.clone(),
+        );
+        let queue_time = hist(
+            "hybridllm:request_queue_time_seconds",
+            "Histogram of time spent in WAITING phase for request.",
+            long,
         );
         registry.register(Box::new(running.clone())).ok();
         registry.register(Box::new(waiting.clone())).ok();
@@ -131,6 +138,7 @@ impl Metrics {
         registry.register(Box::new(ttft.clone())).ok();
         registry.register(Box::new(itl.clone())).ok();
         registry.register(Box::new(e2e.clone())).ok();
+        registry.register(Box::new(queue_time.clone())).ok();
         let n = engine_counters.len();
         Metrics {
             registry,
@@ -144,6 +152,7 @@ impl Metrics {
             ttft,
             itl,
             e2e,
+            queue_time,
         }
     }
 

@@ -74,6 +74,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/metrics", get(openai::models::metrics))
         .route("/tokenize", post(openai::models::tokenize))
         .route("/detokenize", post(openai::models::detokenize))
+        .route(
+            "/tokenizer_info",
+            get(openai::tokenizer_info::tokenizer_info),
+        )
         .fallback(|| async { ApiError::NotFound("Not Found".into()) })
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),

@@ -223,6 +223,7 @@ pub fn first_response(
             prompt_tokens,
             cached_tokens,
             prompt_logprobs: vec![],
+            queue_time_s: 0.0,
         }),
         ..response(sequences, finished)
     }

@@ -17,7 +17,7 @@ METRICS = [
     "hybridllm:prefix_cache_hits_total", "hybridllm:num_preemptions_total",
     "hybridllm:frontend_requests_in_flight", "hybridllm:request_success_total",
     "hybridllm:time_to_first_token_seconds", "hybridllm:inter_token_latency_seconds",
-    "hybridllm:e2e_request_latency_seconds",
+    "hybridllm:e2e_request_latency_seconds", "hybridllm:request_queue_time_seconds",
 ]
 
 
@@ -66,6 +66,27 @@ def test_metrics_names(servers: dict) -> None:
         names = set(re.findall(r"^(hybridllm:[a-z0-9_]+?)(?:_bucket|_sum|_count)?[{ ]",
                                r.text, re.M))
         assert names == set(METRICS), (mode, names ^ set(METRICS))
+
+
+def _histogram(text: str, name: str) -> tuple[float, float]:
+    """(count, sum) of an unlabelled histogram in a /metrics page."""
+    count = re.search(rf"^{name}_count (\S+)$", text, re.M)
+    total = re.search(rf"^{name}_sum (\S+)$", text, re.M)
+    assert count and total, name
+    return float(count.group(1)), float(total.group(1))
+
+
+def test_queue_time_once_per_request(servers: dict) -> None:
+    """vLLM's request_queue_time_seconds: one observation per engine request (a prompt of a
+    completions list is one), the engine's wait before its first step."""
+    name = "hybridllm:request_queue_time_seconds"
+    for mode, s in servers.items():
+        count0, sum0 = _histogram(s.http.get("/metrics").text, name)
+        r = s.post("/v1/completions", {"prompt": ["Hi", "Hello"], "max_tokens": 2, "n": 2})
+        assert r.status_code == 200, (mode, r.text)
+        count1, sum1 = _histogram(s.http.get("/metrics").text, name)
+        assert count1 - count0 == 2, mode
+        assert 0 < sum1 - sum0 < 60, mode  # carried from the engine, not a default 0
 
 
 def test_disconnect_aborts(servers: dict) -> None:

@@ -131,7 +131,6 @@ CASES: list[tuple[str, str | bytes, int, str | Foreign | None]] = [
     (P, '{"prompt":"a","stream_options":5,"n":"x"}', 400, TYPE_ERROR),
     (P, '{"n":"x"}', 400, TYPE_ERROR),
     (P, '{"prompt":"a","suffix":"b"}', 400, None),
-    (P, '{"prompt":"a","echo":true,"logprobs":1}', 400, None),
     (P, '{"prompt":[]}', 400, None),
     (P, '{"prompt":[1,"a"]}', 400, None),
     (P, '{"prompt":[[]]}', 400, None),

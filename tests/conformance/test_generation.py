@@ -44,6 +44,13 @@ CASES: list[tuple[str, dict[str, Any]]] = [
                          "echo": True}),
     ("/v1/completions", {"prompt": [[504, 3458], [1, 2, 3]], "max_tokens": 4,
                          "temperature": 0, "logprobs": 0}),
+    # lm-eval's loglikelihood shape, and streamed: the echo carries the prompt's logprobs
+    ("/v1/completions", {"prompt": [504, 3458, 282], "max_tokens": 1, "temperature": 0,
+                         "echo": True, "logprobs": 1}),
+    ("/v1/completions", {"prompt": [[504, 3458], [1, 2, 3]], "max_tokens": 3,
+                         "temperature": 0, "echo": True, "logprobs": 2, "n": 2}),
+    ("/v1/completions", {"prompt": "Echo a string", "max_tokens": 2, "temperature": 0,
+                         "echo": True, "logprobs": 0}),
     ("/v1/completions", {"prompt": "List three colors:", "max_tokens": 16, "temperature": 0,
                          "stop": ["\n\n", "3."], "min_tokens": 2}),
     ("/v1/completions", {"prompt": "我喜欢吃", "max_tokens": 10, "temperature": 0}),

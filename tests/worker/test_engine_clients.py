@@ -57,6 +57,8 @@ def split_floats(msg: pb.GenerateResponse) -> tuple[bytes, list[float]]:
     """The message without its logprob values, and those values: two engines in two processes
     may round the last bit differently."""
     msg = pb.GenerateResponse.FromString(msg.SerializeToString())
+    if msg.HasField("prompt"):
+        msg.prompt.queue_time_s = 0.0  # a wait measured in each engine: compared apart
     floats: list[float] = []
     positions = list(msg.prompt.prompt_logprobs)
     for seq in msg.sequences:
@@ -88,6 +90,7 @@ async def test_in_process_and_grpc_clients_give_identical_responses(
     local_msgs, remote_msgs = got["in-process"], got["grpc"]
     assert len(local_msgs) == len(remote_msgs) == 12  # one message per step
     assert remote_msgs[0].prompt.prompt_tokens == len(PROMPT_IDS)
+    assert local_msgs[0].prompt.queue_time_s > 0 and remote_msgs[0].prompt.queue_time_s > 0
     assert remote_msgs[-1].sequences[0].finish_reason == pb.FINISH_REASON_LENGTH
     for a, b in zip(local_msgs, remote_msgs):
         (a_rest, a_floats), (b_rest, b_floats) = split_floats(a), split_floats(b)

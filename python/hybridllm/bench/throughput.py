@@ -53,9 +53,10 @@ def run_hybridllm(model: str | None, prompts: list[list[int]], output_len: int) 
 
     llm = LLM(model=model)
     params = SamplingParams(temperature=0, max_tokens=output_len, ignore_eos=True)
-    llm.generate(prompts[:2], SamplingParams(temperature=0, max_tokens=4))  # warm-up
+    # warm-up; no progress bar inside the timed run (the transformers side has none)
+    llm.generate(prompts[:2], SamplingParams(temperature=0, max_tokens=4), use_tqdm=False)
     with Timer() as t:
-        outputs = llm.generate(prompts, params)
+        outputs = llm.generate(prompts, params, use_tqdm=False)
     assert all(len(o.outputs[0].token_ids) == output_len for o in outputs)
     return t
 

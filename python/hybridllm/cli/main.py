@@ -1,4 +1,5 @@
-"""`hybridllm` command line: serve, worker, bench, convert (argparse subcommands)."""
+"""`hybridllm` command line: serve, worker, bench, convert, chat, complete (argparse
+subcommands)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import logging
 import sys
 
 from hybridllm.cli import bench as bench_cmd
+from hybridllm.cli import chat as chat_cmd
 from hybridllm.cli import serve as serve_cmd
 from hybridllm.cli import worker as worker_cmd
 
@@ -20,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve_cmd.add_parser(sub)
     worker_cmd.add_parser(sub)
     bench_cmd.add_parser(sub)
+    chat_cmd.add_parsers(sub)
     convert = sub.add_parser("convert", help="Convert the bundled GGUF model to a HF folder.")
     convert.add_argument("model", nargs="?", default=None)
     convert.set_defaults(func=_convert)

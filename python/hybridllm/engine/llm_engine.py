@@ -138,9 +138,13 @@ class LLMEngine:
         self._aborted = []
         sched = self.scheduler.schedule()
         if sched.scheduled:
+            scheduled_at = time.monotonic()
             result = self.runner.execute(sched, while_running)
             cache_computed_blocks = self.kv.cache_computed_blocks
             for item in sched.scheduled:
+                metrics = item.seq.request.metrics
+                if "time_in_queue" not in metrics:
+                    metrics["time_in_queue"] = scheduled_at - item.seq.request.arrival_time
                 item.seq.num_computed_tokens += item.num_new_tokens
                 cache_computed_blocks(item.seq)
                 if result.prompt_logprobs:

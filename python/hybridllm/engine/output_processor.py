@@ -79,13 +79,14 @@ class OutputProcessor:
             for seq in request.seqs:
                 texts.pop(seq.seq_id, None)
         return RequestOutput(
-            request.request_id,
-            request.prompt,
-            request.prompt_token_ids,
-            request.prompt_logprobs,
-            outputs,
-            finished,
-            request.seqs[0].num_cached_tokens,
+            request_id=request.request_id,
+            prompt=request.prompt,
+            prompt_token_ids=request.prompt_token_ids,
+            prompt_logprobs=request.prompt_logprobs,
+            outputs=outputs,
+            finished=finished,
+            num_cached_tokens=request.seqs[0].num_cached_tokens,
+            metrics=request.metrics,
         )
 
 

@@ -46,9 +46,10 @@ class OfflineInferenceMixin:
         self,
         prompts: PromptType | Sequence[PromptType],
         sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
-        use_tqdm: bool = False,
+        use_tqdm: bool = True,
     ) -> list[RequestOutput]:
-        """Run every prompt to completion; outputs come back in input order."""
+        """Run every prompt to completion; outputs come back in input order. As vLLM, a
+        "Processed prompts" progress bar shows on a terminal unless `use_tqdm=False`."""
         engine = self._generate_engine("generate")
         batch = [prompts] if _is_single_prompt(prompts) else list(prompts)
         if sampling_params is None or isinstance(sampling_params, SamplingParams):
@@ -75,7 +76,7 @@ class OfflineInferenceMixin:
         continue_final_message: bool = False,
         chat_template: str | None = None,
         tools: list[dict[str, Any]] | None = None,
-        use_tqdm: bool = False,
+        use_tqdm: bool = True,
     ) -> list[RequestOutput]:
         """Apply the chat template (the model's, or `chat_template`) and generate."""
         engine = self._generate_engine("chat")

@@ -25,9 +25,11 @@ def run_to_completion(
     engine: _Engine[OutputT], request_ids: list[str], use_tqdm: bool
 ) -> list[OutputT]:
     """Each request's final output, in the order given; whatever is left when this is
-    interrupted is aborted (an LLMEngine or a PoolingEngine)."""
+    interrupted is aborted (an LLMEngine or a PoolingEngine). With `use_tqdm` a "Processed
+    prompts" bar shows on a terminal; tqdm keeps it quiet when stderr is not one."""
     done: dict[str, OutputT] = {}
-    bar = tqdm(total=len(request_ids), desc="Processed prompts", disable=not use_tqdm)
+    bar = tqdm(total=len(request_ids), desc="Processed prompts",
+               disable=None if use_tqdm else True)
     try:
         while engine.has_unfinished_requests():
             for out in engine.step():

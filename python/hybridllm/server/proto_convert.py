@@ -60,6 +60,6 @@ def position_logprobs(entry: LogprobsDict, token: int, num_top: int) -> pb.Posit
     return msg
 
 
-def first_position() -> pb.PositionLogprobs:
-    """The first prompt token has nothing before it to be predicted from."""
-    return pb.PositionLogprobs(token=pb.TokenLogprob(logprob=math.nan))
+def first_position(token_id: int) -> pb.PositionLogprobs:
+    """The first prompt token has nothing before it to be predicted from (echo still shows it)."""
+    return pb.PositionLogprobs(token=pb.TokenLogprob(token_id=token_id, logprob=math.nan))

@@ -51,10 +51,12 @@ class ResponseBuilder:
 
     def _prompt_info(self, out: RequestOutput) -> pb.PromptInfo:
         prompt = pb.PromptInfo(
-            prompt_tokens=len(out.prompt_token_ids), cached_tokens=out.num_cached_tokens
+            prompt_tokens=len(out.prompt_token_ids),
+            cached_tokens=out.num_cached_tokens,
+            queue_time_s=out.metrics.get("time_in_queue", 0.0),
         )
         if out.prompt_logprobs is not None:
-            prompt.prompt_logprobs.append(first_position())
+            prompt.prompt_logprobs.append(first_position(out.prompt_token_ids[0]))
             k = self.params.prompt_logprobs or 0
             for pos, entry in enumerate(out.prompt_logprobs[1:], start=1):
                 prompt.prompt_logprobs.append(

@@ -23,6 +23,8 @@ pub struct Collected {
     pub usage: Usage,
     /// Per prompt: vLLM's `prompt_logprobs`, null unless asked for.
     pub prompt_logprobs: Vec<Value>,
+    /// Per prompt: the same positions as the engine sent them (empty unless asked for).
+    pub prompt_positions: Vec<Vec<pb::PositionLogprobs>>,
 }
 
 /// Runs the request to its end (the first error ends it). `events` are tagged with their
@@ -39,6 +41,7 @@ pub async fn collect(
     let mut finishes: Vec<Option<Finish>> = vec![None; num_prompts * n];
     let mut usage = Usage::new(prompt_lens);
     let mut prompt_lps = vec![Value::Null; num_prompts];
+    let mut prompt_positions = vec![vec![]; num_prompts];
     let mut events = std::pin::pin!(events);
     while let Some(ev) = events.next().await {
         match ev? {
@@ -46,6 +49,7 @@ pub async fn collect(
                 usage.on_prompt(p, &info);
                 if !info.prompt_logprobs.is_empty() {
                     prompt_lps[p] = prompt_logprobs(tokenizer, &info.prompt_logprobs);
+                    prompt_positions[p] = info.prompt_logprobs;
                 }
             }
             (p, GenEvent::Output(out)) => {
@@ -77,5 +81,6 @@ pub async fn collect(
         choices,
         usage,
         prompt_logprobs: prompt_lps,
+        prompt_positions,
     })
 }

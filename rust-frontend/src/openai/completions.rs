@@ -94,13 +94,13 @@ pub async fn handle(
         return Err(ApiError::bad_param("suffix", "suffix is not supported."));
     }
     let echo = req.echo.unwrap_or(false);
-    if echo && req.logprobs.is_some() {
-        return Err(ApiError::bad_param(
-            "echo",
-            "echo together with logprobs is not supported.",
-        ));
+    let stream = req.stream.unwrap_or(false);
+    let mut params = req.sampling.validate(req.logprobs, state.vocab_size)?;
+    // As vLLM: echoed logprobs are the prompt's, so ask the engine for them.
+    let echo_logprobs = echo && params.logprobs.is_some();
+    if echo_logprobs && params.sampling.prompt_logprobs.is_none() {
+        params.sampling.prompt_logprobs = params.logprobs;
     }
-    let params = req.sampling.validate(req.logprobs, state.vocab_size)?;
     let mut gens = vec![];
     let mut echoes = vec![];
     let id = new_id("cmpl");
@@ -157,7 +157,7 @@ pub async fn handle(
     };
     let logprobs = params.logprobs;
     let events = generate_many(state.clone(), gens).await?;
-    if req.stream.unwrap_or(false) {
+    if stream {
         let echoes = if echo { echoes } else { vec![] };
         let stream = StreamSetup {
             head,
@@ -165,6 +165,7 @@ pub async fn handle(
             prompt_lens,
             echoes,
             logprobs,
+            echo_logprobs,
         };
         return Ok(stream_response(state, events, stream));
     }
@@ -177,7 +178,11 @@ pub async fn handle(
             let lp = match logprobs {
                 Some(top_n) => {
                     let mut lp = CompletionLogprobs::default();
-                    for x in &choice.logprobs {
+                    let prompt = match echo_logprobs {
+                        true => c.prompt_positions[i / n].as_slice(),
+                        false => &[],
+                    };
+                    for x in prompt.iter().chain(&choice.logprobs) {
                         lp.push(&state.tokenizer, x, top_n);
                     }
                     lp.to_json()
@@ -214,10 +219,13 @@ struct StreamSetup {
     /// Per prompt, its text to send first (empty unless `echo`).
     echoes: Vec<String>,
     logprobs: Option<u32>,
+    /// The echo carries the prompt's logprobs, so it waits for the engine's prompt facts.
+    echo_logprobs: bool,
 }
 
-/// The SSE response: echoed prompts first, then one chunk per output with text, logprobs or
-/// a finish reason, then the usage if asked for.
+/// The SSE response: echoed prompts first (with logprobs: when the engine has scored the
+/// prompt), then one chunk per output with text, logprobs or a finish reason, then the usage
+/// if asked for.
 fn stream_response(
     state: Arc<AppState>,
     events: impl Stream<Item = Result<(usize, GenEvent), ApiError>> + Send + 'static,
@@ -229,9 +237,10 @@ fn stream_response(
         prompt_lens,
         echoes,
         logprobs,
+        echo_logprobs,
     } = setup;
     let s = async_stream::stream! {
-        for (p, text) in echoes.iter().enumerate() {
+        for (p, text) in echoes.iter().enumerate().filter(|_| !echo_logprobs) {
             for j in 0..n {
                 yield Ok(head.frame(&[TextChoice { index: p * n + j, text, logprobs: &Value::Null, finish_reason: None, stop_reason: &Value::Null }]));
             }
@@ -243,7 +252,17 @@ fn stream_response(
         while let Some(ev) = events.next().await {
             match ev {
                 Err(e) => { yield Err(e); return; }
-                Ok((p, GenEvent::Prompt(info))) => usage.on_prompt(p, &info),
+                Ok((p, GenEvent::Prompt(info))) => {
+                    usage.on_prompt(p, &info);
+                    if !echo_logprobs { continue; }
+                    for j in 0..n {
+                        let ci = p * n + j;
+                        let mut lp = CompletionLogprobs::default();
+                        for x in &info.prompt_logprobs { lp.push(&state.tokenizer, x, logprobs.unwrap_or(0)); }
+                        offsets[ci] = lp.offset;
+                        yield Ok(head.frame(&[TextChoice { index: ci, text: &echoes[p], logprobs: &lp.to_json(), finish_reason: None, stop_reason: &Value::Null }]));
+                    }
+                }
                 Ok((p, GenEvent::Output(out))) => {
                     usage.on_output(out.num_tokens);
                     let ci = p * n + out.index as usize;

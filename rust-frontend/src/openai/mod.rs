@@ -1,8 +1,8 @@
 //! OpenAI-compatible endpoints (with vLLM's extensions).
 //!
-//! The handlers (`chat`, `completions`, `embeddings`, `models`) never import each other: what they share
-//! lives in the modules below them (`request`, `prompt`, `generate`, `text_deltas`,
-//! `aggregate`, `response`, `logprobs`, `sse`). This module only declares them.
+//! The handlers (`chat`, `completions`, `embeddings`, `models`, `tokenizer_info`) never import
+//! each other: what they share lives in the modules below them (`request`, `prompt`, `generate`,
+//! `text_deltas`, `aggregate`, `response`, `logprobs`, `sse`). This module only declares them.
 pub mod aggregate;
 pub mod chat;
 pub mod completions;
@@ -15,3 +15,4 @@ pub mod request;
 pub mod response;
 pub mod sse;
 pub mod text_deltas;
+pub mod tokenizer_info;

@@ -79,6 +79,8 @@ impl TextDeltas {
     pub fn process(&mut self, resp: pb::GenerateResponse) -> Result<Vec<GenEvent>, ApiError> {
         let mut events = vec![];
         if let Some(p) = resp.prompt {
+            let queue_time = p.queue_time_s as f64;
+            self.state.metrics.queue_time.observe(queue_time);
             events.push(GenEvent::Prompt(p));
         }
         let tok = self.state.tokenizer.clone();

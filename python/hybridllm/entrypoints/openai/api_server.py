@@ -25,6 +25,7 @@ from hybridllm.entrypoints.openai import (
     serving_completions,
     serving_embedding,
     serving_misc,
+    serving_tokenizer_info,
 )
 from hybridllm.entrypoints.openai.errors import UNAUTHORIZED, ApiError, internal
 from hybridllm.entrypoints.openai.metrics import Metrics
@@ -92,7 +93,8 @@ def build_app(engine: EngineClient, opts: ServeOptions | None = None,
             await engine.close()
 
     app = FastAPI(lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
-    for module in (serving_chat, serving_completions, serving_embedding, serving_misc):
+    for module in (serving_chat, serving_completions, serving_embedding, serving_misc,
+                   serving_tokenizer_info):
         app.include_router(module.router)
 
     @app.exception_handler(ApiError)

@@ -81,7 +81,10 @@ class GenStream:
 
     def _process(self, resp: pb.GenerateResponse) -> list[Event]:
         st, tok = self.state, self.state.tokenizer
-        events: list[Event] = [resp.prompt] if resp.HasField("prompt") else []
+        events: list[Event] = []
+        if resp.HasField("prompt"):
+            st.metrics.queue_time.observe(resp.prompt.queue_time_s)
+            events.append(resp.prompt)
         now = time.monotonic()
         if any(d.token_ids for d in resp.sequences):
             if self.last_token is None:
@@ -224,10 +227,12 @@ async def collect(events: Events, prompts: list[pb.PromptInfo], n: int) -> list[
 
 async def stream_chunks(head: dict[str, Any], usage: bool, events: Events,
                         prompts: list[pb.PromptInfo], n: int, want_lp: bool, first: list[Any],
-                        choice: Callable[[int, Output], Any]) -> AsyncIterator[Any]:
+                        choice: Callable[[int, Output], Any],
+                        on_prompt: Callable[[int, pb.PromptInfo], list[Any]] | None = None,
+                        ) -> AsyncIterator[Any]:
     """A streamed response: chunks of `head` (id, object, created, model) with the `first`
-    choices, one per output that carries anything, then the usage if asked for (when every
-    chunk has `usage`, null but on the last)."""
+    choices, those `on_prompt` makes of a prompt's facts, one per output that carries anything,
+    then the usage if asked for (when every chunk has `usage`, null but on the last)."""
 
     def chunk(choices: list[Any], u: Any = None) -> dict[str, Any]:
         return {**head, "choices": choices, **({"usage": u} if usage else {})}
@@ -239,6 +244,8 @@ async def stream_chunks(head: dict[str, Any], usage: bool, events: Events,
         async for p, ev in events:
             if not isinstance(ev, Output):
                 prompts[p] = ev
+                for c in on_prompt(p, ev) if on_prompt else []:
+                    yield chunk([c])
                 continue
             completion += ev.num_tokens
             if ev.text or ev.finish is not None or (want_lp and ev.logprobs):

@@ -49,6 +49,9 @@ class Metrics:
         self.e2e = Histogram("hybridllm:e2e_request_latency_seconds",
                              "End-to-end request latency in seconds.",
                              buckets=[*_LAT, 120.0, 240.0, 480.0, 960.0], registry=r)
+        self.queue_time = Histogram("hybridllm:request_queue_time_seconds",
+                                    "Histogram of time spent in WAITING phase for request.",
+                                    buckets=[*_LAT, 120.0, 240.0, 480.0, 960.0], registry=r)
 
     def apply_load(self, load: pb.LoadResponse) -> None:
         """Engine totals are cumulative: counters advance by the change since the last scrape."""

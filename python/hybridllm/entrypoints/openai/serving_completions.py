@@ -60,9 +60,11 @@ async def completions(request: Request) -> Response:
     if req.suffix is not None:
         raise bad("suffix is not supported.", "suffix")
     echo = bool(req.echo)
-    if echo and req.logprobs is not None:
-        raise bad("echo together with logprobs is not supported.", "echo")
     params = validate(req, req.logprobs, state.vocab_size)
+    # As vLLM: echoed logprobs are the prompt's, so ask the engine for them.
+    echo_lp = echo and params.logprobs is not None
+    if echo_lp and not params.sampling.HasField("prompt_logprobs"):
+        params.sampling.prompt_logprobs = params.logprobs
     gens, echoes = [], []
     rid = new_id("cmpl")
     for i, p in enumerate(parse_prompts(req.prompt)):
@@ -87,7 +89,16 @@ async def completions(request: Request) -> Response:
         head = {"id": rid, "object": "text_completion", "created": created, "model": model}
         offsets = [0] * (len(gens) * n)  # of each choice's next token in its text
         first = [{"index": i, "text": echoes[i // n], "logprobs": None, "finish_reason": None,
-                  "stop_reason": None} for i in range(len(gens) * n) if echo]
+                  "stop_reason": None} for i in range(len(gens) * n) if echo and not echo_lp]
+
+        def echo_with_logprobs(p: int, info: Any) -> list[Any]:
+            """The echo waits for the engine's prompt logprobs (completions.rs)."""
+            out = []
+            for i in range(p * n, p * n + n):
+                lps, offsets[i] = completion_logprobs(tok, info.prompt_logprobs, top_n)
+                out.append({"index": i, "text": echoes[p], "logprobs": lps,
+                            "finish_reason": None, "stop_reason": None})
+            return out
 
         def choice(i: int, ev: Output) -> Any:
             lps = None
@@ -98,14 +109,17 @@ async def completions(request: Request) -> Response:
                     "finish_reason": f.reason if f else None,
                     "stop_reason": f.stop_reason if f else None}
 
-        return SSEResponse(stream_chunks(head, usage, events, prompts, n, want_lp, first, choice))
+        return SSEResponse(stream_chunks(head, usage, events, prompts, n, want_lp, first, choice,
+                                         echo_with_logprobs if echo_lp else None))
 
     choices = await collect(events, prompts, n)
     return json_response({
         "id": rid, "object": "text_completion", "created": created, "model": model,
         "choices": [{
             "index": i, "text": echoes[i // n] + c.text,
-            "logprobs": completion_logprobs(tok, c.logprobs, top_n)[0] if want_lp else None,
+            "logprobs": completion_logprobs(
+                tok, [*(prompts[i // n].prompt_logprobs if echo_lp else []), *c.logprobs],
+                top_n)[0] if want_lp else None,
             "finish_reason": c.finish.reason, "stop_reason": c.finish.stop_reason,
             "prompt_logprobs": prompt_logprobs(tok, prompts[i // n].prompt_logprobs),
         } for i, c in enumerate(choices)],

@@ -135,6 +135,7 @@ async fn non_streamed_choices_of_two_prompts() {
             prompt_tokens: 2,
             cached_tokens: 2,
             prompt_logprobs: prompt_lps,
+            queue_time_s: 0.0,
         }),
         ..response(
             vec![
@@ -174,4 +175,100 @@ async fn non_streamed_choices_of_two_prompts() {
     let ids = engine.request_ids();
     assert_eq!(ids.len(), 2);
     assert_eq!(ids[0].strip_suffix("-0"), ids[1].strip_suffix("-1"));
+}
+
+/// lm-eval's loglikelihood request: echo + logprobs + max_tokens 1 on a token-id prompt. The
+/// prompt's tokens come first in the logprobs (the first without one), then the generated.
+#[tokio::test]
+async fn echo_with_logprobs_lists_the_prompt_tokens_first() {
+    let mut first = first_response(
+        2,
+        0,
+        vec![with_logprobs(
+            last_delta(0, &["foo"], Length, None),
+            "foo",
+            -0.25,
+            &[("foo", -0.25)],
+        )],
+        true,
+    );
+    first.prompt.as_mut().unwrap().prompt_logprobs = vec![
+        pb::PositionLogprobs {
+            token: Some(token_lp("Hello", f32::NAN, 0)),
+            top: vec![],
+        },
+        pb::PositionLogprobs {
+            token: Some(token_lp("world", -1.5, 2)),
+            top: vec![token_lp("foo", -0.5, 1)],
+        },
+    ];
+    let engine = FakeEngine::new(vec![Script::new(vec![first])]);
+    let body = json!({"prompt": [[id("Hello"), id("world")]], "echo": true, "logprobs": 1,
+        "max_tokens": 1, "temperature": 0, "seed": 1234});
+    let (status, text) = testing::post_text(testing::state(engine.clone()), PATH, body).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert_eq!(
+        text,
+        concat!(
+            r#"{"id":"ID","object":"text_completion","created":0,"model":"test-model","choices":["#,
+            r#"{"index":0,"text":"Hello world foo","logprobs":{"text_offset":[0,5,10],"#,
+            r#""token_logprobs":[null,-1.5,-0.25],"tokens":["Hello","world","foo"],"#,
+            r#""top_logprobs":[null,{"foo":-0.5,"world":-1.5},{"foo":-0.25}]},"#,
+            r#""finish_reason":"length","stop_reason":null,"#,
+            r#""prompt_logprobs":[null,{"6":{"logprob":-1.5,"rank":2,"decoded_token":"world"},"7":{"logprob":-0.5,"rank":1,"decoded_token":"foo"}}]}],"#,
+            r#""usage":{"prompt_tokens":2,"completion_tokens":1,"total_tokens":3,"prompt_tokens_details":{"cached_tokens":0}}}"#,
+        )
+    );
+    // The engine was asked for the prompt's logprobs, as many alternatives as `logprobs`.
+    let sent = engine.requests.lock().unwrap()[0]
+        .sampling_params
+        .clone()
+        .unwrap();
+    assert_eq!((sent.logprobs, sent.prompt_logprobs), (Some(1), Some(1)));
+}
+
+/// Streamed, the echo waits for the prompt's logprobs; the generated tokens' offsets follow.
+#[tokio::test]
+async fn streamed_echo_with_logprobs_carries_the_prompt_logprobs() {
+    let mut first = first_response(
+        2,
+        0,
+        vec![with_logprobs(
+            last_delta(0, &["foo"], Length, None),
+            "foo",
+            -0.25,
+            &[("foo", -0.25)],
+        )],
+        true,
+    );
+    first.prompt.as_mut().unwrap().prompt_logprobs = vec![
+        pb::PositionLogprobs {
+            token: Some(token_lp("Hello", f32::NAN, 0)),
+            top: vec![],
+        },
+        pb::PositionLogprobs {
+            token: Some(token_lp("world", -1.5, 2)),
+            top: vec![token_lp("foo", -0.5, 1)],
+        },
+    ];
+    let engine = FakeEngine::new(vec![Script::new(vec![first])]);
+    let body = json!({"prompt": [id("Hello"), id("world")], "echo": true, "logprobs": 1,
+        "max_tokens": 1, "stream": true});
+    let (status, text) = testing::post_text(testing::state(engine), PATH, body).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert_eq!(
+        text,
+        sse(&[
+            concat!(
+                r#""choices":[{"index":0,"text":"Hello world","logprobs":{"text_offset":[0,5],"#,
+                r#""token_logprobs":[null,-1.5],"tokens":["Hello","world"],"#,
+                r#""top_logprobs":[null,{"foo":-0.5,"world":-1.5}]},"finish_reason":null,"stop_reason":null}]"#,
+            ),
+            concat!(
+                r#""choices":[{"index":0,"text":" foo","logprobs":{"text_offset":[10],"#,
+                r#""token_logprobs":[-0.25],"tokens":["foo"],"top_logprobs":[{"foo":-0.25}]},"#,
+                r#""finish_reason":"length","stop_reason":null}]"#,
+            ),
+        ])
+    );
 }

@@ -114,19 +114,19 @@ async fn finish_reasons_from_the_engine_and_their_metrics() {
     let state = testing::state(FakeEngine::new(vec![]));
     let params = testing::params(serde_json::json!({"n": 4, "skip_special_tokens": false}));
     let mut deltas = TextDeltas::new(state.clone(), &[], &params, Instant::now());
-    let events = deltas
-        .process(first_response(
-            3,
-            0,
-            vec![
-                last_delta(0, &["foo", "<eos>"], Stop, Some(testing::EOS)),
-                last_delta(1, &["bar", "<stop>"], Stop, Some(testing::STOP_TOKEN)),
-                last_delta(2, &["baz"], Abort, None),
-                last_delta(3, &["foo", "bar"], Length, None),
-            ],
-            true,
-        ))
-        .unwrap();
+    let mut first = first_response(
+        3,
+        0,
+        vec![
+            last_delta(0, &["foo", "<eos>"], Stop, Some(testing::EOS)),
+            last_delta(1, &["bar", "<stop>"], Stop, Some(testing::STOP_TOKEN)),
+            last_delta(2, &["baz"], Abort, None),
+            last_delta(3, &["foo", "bar"], Length, None),
+        ],
+        true,
+    );
+    first.prompt.as_mut().unwrap().queue_time_s = 0.25;
+    let events = deltas.process(first).unwrap();
     let out: Vec<String> = events.iter().map(show_event).collect();
     let expected = [
         "prompt 3 0",
@@ -144,6 +144,12 @@ async fn finish_reasons_from_the_engine_and_their_metrics() {
     let counts = [count("stop"), count("length"), count("abort")];
     assert_eq!(counts, [2, 1, 1]);
     assert_eq!(state.metrics.ttft.get_sample_count(), 1);
+    // the engine's queue time, once per request
+    let queue = &state.metrics.queue_time;
+    assert_eq!(
+        (queue.get_sample_count(), queue.get_sample_sum()),
+        (1, 0.25)
+    );
 }
 
 #[tokio::test]
