@@ -12,7 +12,6 @@ use crate::state::AppState;
 use crate::text::chat_template::ChatTemplate;
 use crate::text::tokenizer::Tokenizer;
 use axum::http::{HeaderName, HeaderValue, Method};
-use axum::routing::{get, post};
 use axum::serve::ListenerExt;
 use axum::Router;
 use std::sync::Arc;
@@ -64,15 +63,11 @@ fn cors(c: &ServeConfig) -> CorsLayer {
 }
 
 pub fn router(state: Arc<AppState>) -> Router {
-    Router::new()
-        .route("/v1/chat/completions", post(openai::chat::handle))
-        .route("/v1/completions", post(openai::completions::handle))
-        .route("/v1/models", get(openai::models::models))
-        .route("/health", get(openai::models::health))
-        .route("/version", get(openai::models::version))
-        .route("/metrics", get(openai::models::metrics))
-        .route("/tokenize", post(openai::models::tokenize))
-        .route("/detokenize", post(openai::models::detokenize))
+    let mut router = Router::new();
+    for r in crate::routes::table() {
+        router = router.route(r.path, r.handler);
+    }
+    router
         .fallback(|| async { ApiError::NotFound("Not Found".into()) })
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
@@ -84,7 +79,7 @@ pub fn router(state: Arc<AppState>) -> Router {
 
 /// Everything that can fail before serving fails here, with a clear message (exit non-zero).
 pub async fn build_state(args: &ServeArgs) -> anyhow::Result<Arc<AppState>> {
-    let config = ServeConfig::parse(&args.args_json)?;
+    let config = ServeConfig::load(&args.args_json)?;
     // Compile an override template first: a broken one must fail even without a worker.
     let override_template = match &config.chat_template {
         Some(path) => {

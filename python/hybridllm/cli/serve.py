@@ -87,7 +87,9 @@ def run_rust_frontend(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    worker = spawn(worker_argv(args, engine_address))
+    # The worker needs no API key: not even in its environment.
+    worker = spawn(worker_argv(args, engine_address),
+                   env={k: v for k, v in os.environ.items() if k != "HYBRIDLLM_API_KEY"})
     options = frontend_options(args)
     if options.chat_template:
         options.chat_template = os.path.abspath(options.chat_template)

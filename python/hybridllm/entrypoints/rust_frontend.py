@@ -53,7 +53,10 @@ def add_frontend_args(parser: argparse.ArgumentParser) -> None:
     add("--listen-fd", type=int, default=None,
         help="An already bound TCP socket inherited from the launcher.")
     add("--api-key", action="append", default=None,
-        help="Required Bearer key (repeatable; also env HYBRIDLLM_API_KEY, comma-separated).")
+        help="Required Bearer key (repeatable; also env HYBRIDLLM_API_KEY, comma-separated, "
+             "which keeps it off the command line).")
+    add("--metrics-no-auth", action="store_true",
+        help="Serve /metrics without an API key (for a scraper on a private network).")
     add("--allowed-origins", type=_list_arg, default=["*"])
     add("--allowed-methods", type=_list_arg, default=["*"])
     add("--allowed-headers", type=_list_arg, default=["*"])
@@ -74,6 +77,9 @@ def add_frontend_args(parser: argparse.ArgumentParser) -> None:
              "instead of loading the engine in this process.")
 
 
+KEYS_JSON_ENV = "HYBRIDLLM_FRONTEND_API_KEYS"  # how the Rust frontend gets the keys
+
+
 def _api_keys(args: argparse.Namespace) -> list[str]:
     keys = list(getattr(args, "api_key", None) or [])
     env = os.environ.get("HYBRIDLLM_API_KEY", "")
@@ -88,6 +94,7 @@ class ServeOptions:
     served_model_name: list[str] = field(default_factory=list)
     max_model_len: int | None = None
     api_keys: list[str] = field(default_factory=list)
+    metrics_no_auth: bool = False
     allowed_origins: list[str] = field(default_factory=lambda: ["*"])
     allowed_methods: list[str] = field(default_factory=lambda: ["*"])
     allowed_headers: list[str] = field(default_factory=lambda: ["*"])
@@ -108,6 +115,7 @@ def frontend_options(args: argparse.Namespace) -> ServeOptions:
         served_model_name=[smn] if isinstance(smn, str) else list(smn or []),
         max_model_len=getattr(args, "max_model_len", None),
         api_keys=_api_keys(args),
+        metrics_no_auth=args.metrics_no_auth,
         allowed_origins=args.allowed_origins,
         allowed_methods=args.allowed_methods,
         allowed_headers=args.allowed_headers,
@@ -194,15 +202,20 @@ class RustFrontendProcessManager:
 
     def start(self) -> None:
         fd = self.sock.fileno()
+        # Keys go through the environment (readable by this user only), never the command
+        # line (/proc/PID/cmdline is world-readable).
+        options = {**asdict(self.serve_options), "api_keys": []}
         argv = [
             str(find_frontend_binary()),
             "--listen-fd", str(fd),
             "--engine-address", self.engine_address,
-            "--args-json", json.dumps(asdict(self.serve_options)),
+            "--args-json", json.dumps(options),
         ]
         if self.threads:
             argv += ["--worker-threads", str(self.threads)]
-        self.proc = spawn(argv, pass_fds=(fd,))
+        env = {k: v for k, v in os.environ.items() if k != "HYBRIDLLM_API_KEY"}
+        env[KEYS_JSON_ENV] = json.dumps(self.serve_options.api_keys)
+        self.proc = spawn(argv, pass_fds=(fd,), env=env)
 
     def poll(self) -> int | None:
         return None if self.proc is None else self.proc.poll()

@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import hmac
 import logging
+import signal
 import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -33,17 +34,19 @@ OPEN_PATHS = ("/health", "/version")
 
 
 class AuthMiddleware:
-    """Everything but /health, /version and CORS preflight needs a key when keys are set
-    (auth.rs); every key is compared, so timing does not tell which one matched."""
+    """Everything but /health, /version (and /metrics with --metrics-no-auth) and CORS
+    preflight needs a key when keys are set (auth.rs); every key is compared, so timing does
+    not tell which one matched. Neither keys nor the header are ever logged."""
 
-    def __init__(self, app: ASGIApp, keys: list[str]) -> None:
+    def __init__(self, app: ASGIApp, keys: list[str], metrics_no_auth: bool = False) -> None:
         self.app, self.keys = app, [k.encode() for k in keys]
+        self.open = OPEN_PATHS + (("/metrics",) if metrics_no_auth else ())
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         header = dict(scope.get("headers", ())).get(b"authorization", b"")
         token = header[len(b"Bearer "):].strip() if header.startswith(b"Bearer ") else None
         if (scope["type"] != "http" or not self.keys or scope["method"] == "OPTIONS"
-                or scope["path"] in OPEN_PATHS
+                or scope["path"] in self.open
                 or token is not None and any([hmac.compare_digest(k, token) for k in self.keys])):
             return await self.app(scope, receive, send)
         await ApiError(401, UNAUTHORIZED).response()(scope, receive, send)
@@ -106,7 +109,8 @@ def build_app(engine: EngineClient, opts: ServeOptions | None = None,
         logger.exception("unhandled error")
         return internal(str(e)).response()
 
-    app.add_middleware(AuthMiddleware, keys=list(opts.api_keys))
+    app.add_middleware(AuthMiddleware, keys=list(opts.api_keys),
+                       metrics_no_auth=opts.metrics_no_auth)
     lists = (opts.allowed_origins, opts.allowed_methods, opts.allowed_headers)
     origins, methods, headers = (["*"] if "*" in v else v for v in lists)
     app.add_middleware(
@@ -149,5 +153,9 @@ def run_python_server(args: argparse.Namespace) -> int:
                             lifespan="on", access_log=False,
                             timeout_graceful_shutdown=int(options.shutdown_timeout_s) or None)
     server = uvicorn.Server(config)
+    # uvicorn re-raises a caught SIGTERM/SIGINT after its graceful shutdown, through the
+    # handlers that were there before: a no-op one makes a drained server exit 0.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: None)
     asyncio.run(server.serve(sockets=[sock]))
     return 0 if server.started else 1
