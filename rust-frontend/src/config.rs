@@ -15,7 +15,9 @@
 //!   "max_log_len": 0,                         // prompt token ids logged per request (0: none)
 //!   "engine_connect_timeout_s": 60,           // how long to retry GetModelInfo at start-up
 //!   "disable_log_requests": false,
-//!   "shutdown_timeout_s": 30                  // drain time for in-flight requests on SIGTERM
+//!   "shutdown_timeout_s": 30,                 // drain time for in-flight requests on SIGTERM
+//!   "max_tokens_limit": null,                 // operator cap on max_tokens (400 above it)
+//!   "ssl_certfile": null, "ssl_keyfile": null // PEM files: serve HTTPS (rustls)
 //! }
 //! ```
 //! Unknown keys are rejected so that a typo in the launcher fails loudly at start-up.
@@ -45,6 +47,9 @@ pub struct ServeConfig {
     pub engine_connect_timeout_s: f64,
     pub disable_log_requests: bool,
     pub shutdown_timeout_s: f64,
+    pub max_tokens_limit: Option<u32>,
+    pub ssl_certfile: Option<String>,
+    pub ssl_keyfile: Option<String>,
 }
 
 impl Default for ServeConfig {
@@ -65,6 +70,9 @@ impl Default for ServeConfig {
             engine_connect_timeout_s: 60.0,
             disable_log_requests: false,
             shutdown_timeout_s: 30.0,
+            max_tokens_limit: None,
+            ssl_certfile: None,
+            ssl_keyfile: None,
         }
     }
 }

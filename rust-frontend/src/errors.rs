@@ -18,6 +18,10 @@ pub enum ApiError {
     #[error("Request body is larger than the limit of {0} bytes.")]
     PayloadTooLarge(usize),
     #[error("{0}")]
+    UnsupportedMediaType(String),
+    #[error("{0}")]
+    HeadersTooLarge(String),
+    #[error("{0}")]
     Unavailable(String),
     #[error("{0}")]
     Internal(String),
@@ -46,6 +50,8 @@ impl ApiError {
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::HeadersTooLarge(_) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -57,6 +63,8 @@ impl ApiError {
             ApiError::NotFound(_) => "NotFoundError",
             ApiError::Unauthorized(_) => "AuthenticationError",
             ApiError::PayloadTooLarge(_) => "PayloadTooLargeError",
+            ApiError::UnsupportedMediaType(_) => "UnsupportedMediaTypeError",
+            ApiError::HeadersTooLarge(_) => "RequestHeaderFieldsTooLargeError",
             ApiError::Unavailable(_) => "ServiceUnavailableError",
             ApiError::Internal(_) => "InternalServerError",
         }

@@ -6,6 +6,8 @@ mod engine;
 mod engine_client;
 mod engine_mux;
 mod errors;
+mod http_server;
+mod limits;
 mod metrics;
 mod openai;
 mod routes;

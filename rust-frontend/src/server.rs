@@ -1,18 +1,18 @@
-//! Start-up (engine handshake, tokenizer, chat template), the axum router, the listening
-//! socket (inherited fd or our own bind) and graceful shutdown. Handlers depend on the state
+//! Start-up (engine handshake, tokenizer, chat template, TLS files), the axum router and the
+//! listening socket (inherited fd or our own bind); `http_server.rs` serves it. Handlers depend on the state
 //! (state.rs), never on this module.
 use crate::cli::ServeArgs;
 use crate::config::ServeConfig;
 use crate::engine_client;
 use crate::engine_mux::EngineMux;
 use crate::errors::ApiError;
+use crate::http_server;
 use crate::metrics::Metrics;
 use crate::openai;
 use crate::state::AppState;
 use crate::text::chat_template::ChatTemplate;
 use crate::text::tokenizer::Tokenizer;
 use axum::http::{HeaderName, HeaderValue, Method};
-use axum::serve::ListenerExt;
 use axum::Router;
 use std::sync::Arc;
 use std::time::Duration;
@@ -74,6 +74,7 @@ pub fn router(state: Arc<AppState>) -> Router {
             crate::auth::require_key,
         ))
         .layer(cors(&state.config))
+        .layer(axum::middleware::from_fn(crate::limits::header_limits))
         .with_state(state)
 }
 
@@ -147,7 +148,7 @@ fn inherited_listener(fd: i32) -> anyhow::Result<std::net::TcpListener> {
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // Bind (or adopt the inherited socket) before the engine handshake so errors surface early.
-    let std_listener = match args.listen_fd {
+    let listener = match args.listen_fd {
         Some(fd) => inherited_listener(fd)?,
         None => {
             let l = std::net::TcpListener::bind((args.host.as_str(), args.port))?;
@@ -156,42 +157,19 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
     };
     let state = build_state(&args).await?;
-    let listener = tokio::net::TcpListener::from_std(std_listener)?;
-    tracing::info!("listening on {}", listener.local_addr()?);
-    // Without TCP_NODELAY, Nagle holds each small SSE chunk until the previous one is acked.
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!("TCP_NODELAY: {e}");
-        }
-    });
+    let tls = match (&state.config.ssl_certfile, &state.config.ssl_keyfile) {
+        (Some(certfile), Some(keyfile)) => Some(
+            http_server::tls_config(&http_server::Tls {
+                certfile: certfile.clone(),
+                keyfile: keyfile.clone(),
+            })
+            .await?,
+        ),
+        (None, None) => None,
+        _ => anyhow::bail!("--ssl-certfile and --ssl-keyfile go together"),
+    };
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    tracing::info!("listening on {scheme}://{}", listener.local_addr()?);
     let grace = Duration::from_secs_f64(state.config.shutdown_timeout_s.max(0.0));
-    let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = axum::serve(listener, router(state)).with_graceful_shutdown(async move {
-        shutdown_signal().await;
-        tracing::info!("shutting down: no new connections, draining in-flight requests");
-        let _ = signalled_tx.send(());
-    });
-    // Long streams must not hold the process forever: drain for at most `grace`.
-    tokio::select! {
-        r = server => r?,
-        _ = async {
-            if signalled_rx.await.is_ok() {
-                tokio::time::sleep(grace).await;
-            } else {
-                std::future::pending::<()>().await;
-            }
-        } => tracing::warn!("in-flight requests still running after {grace:?}; exiting"),
-    }
-    tracing::info!("shut down");
-    Ok(())
-}
-
-async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
-    tokio::select! {
-        _ = term.recv() => {},
-        _ = int.recv() => {},
-    }
+    http_server::run(listener, router(state), tls, grace).await
 }

@@ -39,6 +39,13 @@ def _list_arg(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
 
+def _positive_int(value: str) -> int:
+    n = int(value)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
+
+
 def add_frontend_args(parser: argparse.ArgumentParser) -> None:
     """Serve options shared by both frontends; flags the parser already has are left alone
     (--served-model-name and --max-model-len come from EngineArgs)."""
@@ -65,6 +72,11 @@ def add_frontend_args(parser: argparse.ArgumentParser) -> None:
     add("--max-model-len", type=int, default=None)
     add("--max-request-body-bytes", type=int, default=32 << 20,
         help="Larger request bodies get 413.")
+    add("--max-tokens-limit", type=_positive_int, default=None,
+        help="Operator cap on generated tokens: requests that set no max_tokens are clamped "
+             "to it, requests asking for more get 400.")
+    add("--ssl-keyfile", default=None, help="PEM private key: serve HTTPS.")
+    add("--ssl-certfile", default=None, help="PEM certificate (chain): serve HTTPS.")
     add("--chat-template", default=None, help="A Jinja file overriding the model's template.")
     add("--max-log-len", type=int, default=0, help="Prompt token ids logged per request.")
     add("--disable-log-requests", action="store_true")
@@ -106,6 +118,9 @@ class ServeOptions:
     engine_connect_timeout_s: float = 60.0
     disable_log_requests: bool = False
     shutdown_timeout_s: float = 30.0
+    max_tokens_limit: int | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
 
 
 def frontend_options(args: argparse.Namespace) -> ServeOptions:
@@ -126,7 +141,14 @@ def frontend_options(args: argparse.Namespace) -> ServeOptions:
         engine_connect_timeout_s=args.engine_connect_timeout,
         disable_log_requests=args.disable_log_requests,
         shutdown_timeout_s=args.frontend_shutdown_timeout,
+        max_tokens_limit=args.max_tokens_limit,
+        ssl_certfile=_abspath(args.ssl_certfile),
+        ssl_keyfile=_abspath(args.ssl_keyfile),
     )
+
+
+def _abspath(path: str | None) -> str | None:
+    return None if path is None else os.path.abspath(path)
 
 
 def exit_with_launcher() -> None:

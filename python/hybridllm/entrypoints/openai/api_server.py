@@ -23,6 +23,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from hybridllm.entrypoints.engine_client import EngineClient
 from hybridllm.entrypoints.openai import serving_chat, serving_completions, serving_misc
 from hybridllm.entrypoints.openai.errors import UNAUTHORIZED, ApiError, internal
+from hybridllm.entrypoints.openai.limits import H11_MAX_HEADER_BLOCK, HeaderLimitMiddleware
 from hybridllm.entrypoints.openai.metrics import Metrics
 from hybridllm.entrypoints.openai.state import AppState
 from hybridllm.entrypoints.rust_frontend import ServeOptions, bind_listen_socket, frontend_options
@@ -118,6 +119,7 @@ def build_app(engine: EngineClient, opts: ServeOptions | None = None,
         # Like tower-http: credentials only with explicit lists, never with wildcards.
         allow_credentials=opts.allow_credentials and "*" not in origins + methods + headers,
     )
+    app.add_middleware(HeaderLimitMiddleware)  # outermost, as hyper's own limits are
     return app
 
 
@@ -147,10 +149,13 @@ def run_python_server(args: argparse.Namespace) -> int:
     def ready() -> None:  # the socket listens already: connections wait for uvicorn's accept
         host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
-        print(f"hybridllm: serving the OpenAI API on http://{shown}:{port}", flush=True)
+        scheme = "https" if options.ssl_certfile else "http"
+        print(f"hybridllm: serving the OpenAI API on {scheme}://{shown}:{port}", flush=True)
 
+    tls = {"ssl_certfile": options.ssl_certfile, "ssl_keyfile": options.ssl_keyfile}
     config = uvicorn.Config(build_app(engine, options, ready), log_level="warning",
-                            lifespan="on", access_log=False,
+                            lifespan="on", access_log=False, http="h11",
+                            h11_max_incomplete_event_size=H11_MAX_HEADER_BLOCK, **tls,
                             timeout_graceful_shutdown=int(options.shutdown_timeout_s) or None)
     server = uvicorn.Server(config)
     # uvicorn re-raises a caught SIGTERM/SIGINT after its graceful shutdown, through the

@@ -13,6 +13,8 @@ _TYPES = {
     401: "AuthenticationError",
     404: "NotFoundError",
     413: "PayloadTooLargeError",
+    415: "UnsupportedMediaTypeError",
+    431: "RequestHeaderFieldsTooLargeError",
     500: "InternalServerError",
     503: "ServiceUnavailableError",
 }
