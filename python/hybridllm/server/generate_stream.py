@@ -19,7 +19,12 @@ from functools import partial
 
 import grpc
 
-from hybridllm.engine.async_llm_engine import AsyncLLMEngine, EngineDeadError, StepItem
+from hybridllm.engine.async_llm_engine import (
+    AsyncLLMEngine,
+    EngineDeadError,
+    EngineOverloadedError,
+    StepItem,
+)
 from hybridllm.outputs import RequestOutput
 from hybridllm.proto import engine_pb2 as pb
 from hybridllm.server.engine_mux import OnEnd, OnResponse
@@ -90,6 +95,9 @@ class GenerateStreamCall:
         except ValueError as e:
             self.active.pop(rid, None)
             self._push(rejected(rid, grpc.StatusCode.INVALID_ARGUMENT, str(e)))
+        except EngineOverloadedError as e:  # frontends answer 429 + Retry-After
+            self.active.pop(rid, None)
+            self._push(rejected(rid, grpc.StatusCode.RESOURCE_EXHAUSTED, str(e)))
         except EngineDeadError as e:
             self.active.pop(rid, None)
             self._push(builder.error(str(e)))
