@@ -2,6 +2,7 @@
 mod auth;
 mod cli;
 mod config;
+mod cors;
 mod engine;
 mod engine_client;
 mod engine_mux;

@@ -12,55 +12,9 @@ use crate::openai;
 use crate::state::AppState;
 use crate::text::chat_template::ChatTemplate;
 use crate::text::tokenizer::Tokenizer;
-use axum::http::{HeaderName, HeaderValue, Method};
 use axum::Router;
 use std::sync::Arc;
 use std::time::Duration;
-use tower_http::cors::{AllowHeaders, AllowMethods, AllowOrigin, CorsLayer};
-
-fn cors(c: &ServeConfig) -> CorsLayer {
-    let any = |v: &[String]| v.iter().any(|s| s == "*");
-    let mut layer = CorsLayer::new();
-    layer = if any(&c.allowed_origins) {
-        layer.allow_origin(AllowOrigin::any())
-    } else {
-        layer.allow_origin(
-            c.allowed_origins
-                .iter()
-                .filter_map(|o| HeaderValue::from_str(o).ok())
-                .collect::<Vec<_>>(),
-        )
-    };
-    layer = if any(&c.allowed_methods) {
-        layer.allow_methods(AllowMethods::any())
-    } else {
-        layer.allow_methods(
-            c.allowed_methods
-                .iter()
-                .filter_map(|m| Method::from_bytes(m.as_bytes()).ok())
-                .collect::<Vec<_>>(),
-        )
-    };
-    layer = if any(&c.allowed_headers) {
-        layer.allow_headers(AllowHeaders::any())
-    } else {
-        layer.allow_headers(
-            c.allowed_headers
-                .iter()
-                .filter_map(|h| HeaderName::from_bytes(h.as_bytes()).ok())
-                .collect::<Vec<_>>(),
-        )
-    };
-    // Credentials cannot be combined with wildcards (tower-http panics), so only when explicit.
-    if c.allow_credentials
-        && !any(&c.allowed_origins)
-        && !any(&c.allowed_headers)
-        && !any(&c.allowed_methods)
-    {
-        layer = layer.allow_credentials(true);
-    }
-    layer
-}
 
 pub fn router(state: Arc<AppState>) -> Router {
     let mut router = Router::new();
@@ -73,7 +27,11 @@ pub fn router(state: Arc<AppState>) -> Router {
             state.clone(),
             crate::auth::require_key,
         ))
-        .layer(cors(&state.config))
+        .layer(crate::cors::layer(&state.config))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            crate::cors::refuse_disallowed_preflight,
+        ))
         .layer(axum::middleware::from_fn(crate::limits::header_limits))
         .with_state(state)
 }
