@@ -17,6 +17,7 @@ import pytest
 from tests.reliability.conftest import API_KEY, KINDS, Server, start, stop
 
 RUNNING, WAITING = 2, 3  # --max-num-seqs, --max-waiting-queue-length
+LONG = 300  # tokens of each running request: 300 steps of at least 20 ms
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 OVERLOADED = {"error": {
     "message": f"The server is overloaded: {WAITING} sequences are waiting to be scheduled and "
@@ -50,7 +51,7 @@ def _complete(srv: Server, max_tokens: int) -> int:
 
 def test_requests_beyond_the_queue_get_429_at_once(busy: Server) -> None:
     with ThreadPoolExecutor(RUNNING + WAITING) as pool:
-        running = [pool.submit(_complete, busy, 100) for _ in range(RUNNING)]
+        running = [pool.submit(_complete, busy, LONG) for _ in range(RUNNING)]
         deadline = time.monotonic() + 30
         while _gauge(busy, "num_requests_running") < RUNNING:
             assert time.monotonic() < deadline
@@ -78,13 +79,14 @@ def test_requests_beyond_the_queue_get_429_at_once(busy: Server) -> None:
             latencies.append(time.monotonic() - t0)
             assert (r.status_code, r.json()) == (429, OVERLOADED)
             assert r.headers["retry-after"] == "1"
+        # "At once": answered while the queue was still full, not once it drained.
+        assert not any(f.done() for f in running + waiting)
         # The running ones were not touched, and the queued ones ran after them.
-        assert [f.result() for f in running] == [100] * RUNNING
+        assert [f.result() for f in running] == [LONG] * RUNNING
         assert [f.result() for f in waiting] == [4] * WAITING
     print(f"\n{busy.kind}: 429 answered in {max(latencies) * 1000:.0f} ms at most "
-          f"({len(latencies)} requests, {RUNNING} running for 100 steps of 20 ms)")
-    # "at once": well within one running request's remaining time (100 steps of 20 ms).
-    assert max(latencies) < 0.5
+          f"({len(latencies)} requests, {RUNNING} running for {LONG} steps of 20 ms)")
+    assert max(latencies) < 2.0  # a loose bound: the machine may be loaded
     assert _complete(busy, 3) == 3  # the queue drained: taken again
     assert httpx.get(busy.url + "/health").status_code == 200
 
