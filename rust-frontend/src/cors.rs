@@ -117,3 +117,43 @@ pub async fn refuse_disallowed_preflight(
     }
     next.run(req).await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn preflight(origin: &str, method: &str, headers: Option<&str>) -> Request {
+        let mut b = Request::builder()
+            .method(Method::OPTIONS)
+            .uri("/v1/models")
+            .header("origin", origin)
+            .header("access-control-request-method", method);
+        if let Some(h) = headers {
+            b = b.header("access-control-request-headers", h);
+        }
+        b.body(axum::body::Body::empty()).unwrap()
+    }
+
+    #[test]
+    fn names_what_the_policy_refuses() {
+        let c = ServeConfig {
+            allowed_origins: vec!["https://a.example".into()],
+            allowed_methods: vec!["GET".into(), "POST".into()],
+            allowed_headers: vec!["Authorization".into()],
+            ..Default::default()
+        };
+        let ok = preflight(
+            "https://a.example",
+            "POST",
+            Some("authorization, Content-Type"),
+        );
+        assert!(preflight_failures(&c, &ok).is_empty());
+        let bad = preflight("https://b.example", "PUT", Some("x-secret"));
+        assert_eq!(
+            preflight_failures(&c, &bad),
+            vec!["origin", "method", "headers"]
+        );
+        let open = ServeConfig::default(); // "*" everywhere
+        assert!(preflight_failures(&open, &bad).is_empty());
+    }
+}
