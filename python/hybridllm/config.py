@@ -28,6 +28,13 @@ class SchedulerConfig:
     enable_chunked_prefill: bool
 
 
+def _non_negative(value: str) -> int:
+    n = int(value)
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {n}")
+    return n
+
+
 @dataclass
 class EngineArgs:
     model: str | None = None
@@ -35,6 +42,9 @@ class EngineArgs:
     dtype: str = "auto"
     max_model_len: int | None = None
     max_num_seqs: int = 256
+    # Admission control: refuse a request that would make more sequences wait than this
+    # (vLLM's proposed --max-waiting-queue-length); None: unbounded.
+    max_waiting_queue_length: int | None = None
     max_num_batched_tokens: int | None = None
     block_size: int = 16
     gpu_memory_utilization: float = 0.9
@@ -61,6 +71,10 @@ class EngineArgs:
                             help="auto: float32 on CPU, bfloat16 on CUDA.")
         parser.add_argument("--max-model-len", type=int, default=None)
         parser.add_argument("--max-num-seqs", type=int, default=d.max_num_seqs)
+        parser.add_argument("--max-waiting-queue-length", "--max-num-waiting-requests",
+                            type=_non_negative, default=d.max_waiting_queue_length,
+                            help="Refuse requests (HTTP 429) while this many sequences wait "
+                                 "to be scheduled (default: unbounded; 0 waits for none).")
         parser.add_argument("--max-num-batched-tokens", type=int, default=None)
         parser.add_argument("--block-size", type=int, default=d.block_size)
         parser.add_argument("--gpu-memory-utilization", type=float,

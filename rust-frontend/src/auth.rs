@@ -1,5 +1,6 @@
-//! Bearer-token auth. Everything but /health, /version and CORS preflight needs a key when
-//! `api_keys` is set; keys are compared in constant time.
+//! Bearer-token auth. Everything but /health, /version (and /metrics with `metrics_no_auth`)
+//! and CORS preflight needs a key when `api_keys` is set; keys are compared in constant time.
+//! Neither a key nor the Authorization header is ever logged.
 use crate::errors::ApiError;
 use crate::state::AppState;
 use axum::extract::{Request, State};
@@ -26,8 +27,10 @@ pub fn key_ok(keys: &[String], header: Option<&str>) -> bool {
 pub async fn require_key(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     let keys = &state.config.api_keys;
     let path = req.uri().path();
-    if keys.is_empty() || req.method() == Method::OPTIONS || path == "/health" || path == "/version"
-    {
+    let open = path == "/health"
+        || path == "/version"
+        || (path == "/metrics" && state.config.metrics_no_auth);
+    if keys.is_empty() || req.method() == Method::OPTIONS || open {
         return next.run(req).await;
     }
     let header = req

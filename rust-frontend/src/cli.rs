@@ -51,6 +51,9 @@ pub enum Command {
     /// Developer tools for the text pipeline (used by tests).
     #[command(subcommand, hide = true)]
     Text(TextCmd),
+    /// Print the route table the router is built from, one JSON object per line.
+    #[command(hide = true)]
+    Routes,
 }
 
 #[derive(Subcommand, Debug)]

@@ -5,7 +5,8 @@
 //! {
 //!   "served_model_name": ["name", "alias"],   // first is reported; default: ModelInfo's name
 //!   "max_model_len": 2048,                    // default: ModelInfo.max_model_len
-//!   "api_keys": ["sk-..."],                   // empty: no auth
+//!   "api_keys": ["sk-..."],                   // empty: no auth (prefer the environment)
+//!   "metrics_no_auth": false,                 // /metrics open even with api_keys
 //!   "allowed_origins": ["*"], "allowed_methods": ["*"], "allowed_headers": ["*"],
 //!   "allow_credentials": false,
 //!   "max_request_body_bytes": 33554432,       // larger bodies get 413
@@ -14,10 +15,17 @@
 //!   "max_log_len": 0,                         // prompt token ids logged per request (0: none)
 //!   "engine_connect_timeout_s": 60,           // how long to retry GetModelInfo at start-up
 //!   "disable_log_requests": false,
-//!   "shutdown_timeout_s": 30                  // drain time for in-flight requests on SIGTERM
+//!   "shutdown_timeout_s": 30,                 // drain time for in-flight requests on SIGTERM
+//!   "max_tokens_limit": null,                 // operator cap on max_tokens (400 above it)
+//!   "ssl_certfile": null, "ssl_keyfile": null // PEM files: serve HTTPS (rustls)
 //! }
 //! ```
 //! Unknown keys are rejected so that a typo in the launcher fails loudly at start-up.
+//!
+//! API keys also come from the environment, never the command line (any local user can read
+//! /proc/PID/cmdline; the environment only the owner): `HYBRIDLLM_FRONTEND_API_KEYS`, a JSON
+//! list (what the launcher passes), and `HYBRIDLLM_API_KEY`, comma-separated (as an operator
+//! sets it for `serve`, like vLLM's `VLLM_API_KEY`).
 use serde::Deserialize;
 
 #[derive(Debug, Clone, Deserialize)]
@@ -27,6 +35,7 @@ pub struct ServeConfig {
     pub served_model_name: Vec<String>,
     pub max_model_len: Option<u32>,
     pub api_keys: Vec<String>,
+    pub metrics_no_auth: bool,
     pub allowed_origins: Vec<String>,
     pub allowed_methods: Vec<String>,
     pub allowed_headers: Vec<String>,
@@ -38,6 +47,9 @@ pub struct ServeConfig {
     pub engine_connect_timeout_s: f64,
     pub disable_log_requests: bool,
     pub shutdown_timeout_s: f64,
+    pub max_tokens_limit: Option<u32>,
+    pub ssl_certfile: Option<String>,
+    pub ssl_keyfile: Option<String>,
 }
 
 impl Default for ServeConfig {
@@ -46,6 +58,7 @@ impl Default for ServeConfig {
             served_model_name: vec![],
             max_model_len: None,
             api_keys: vec![],
+            metrics_no_auth: false,
             allowed_origins: vec!["*".into()],
             allowed_methods: vec!["*".into()],
             allowed_headers: vec!["*".into()],
@@ -57,6 +70,9 @@ impl Default for ServeConfig {
             engine_connect_timeout_s: 60.0,
             disable_log_requests: false,
             shutdown_timeout_s: 30.0,
+            max_tokens_limit: None,
+            ssl_certfile: None,
+            ssl_keyfile: None,
         }
     }
 }
@@ -76,9 +92,42 @@ fn string_or_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>,
     })
 }
 
+pub const KEYS_JSON_ENV: &str = "HYBRIDLLM_FRONTEND_API_KEYS";
+pub const KEY_ENV: &str = "HYBRIDLLM_API_KEY";
+
+/// Keys from the two environment variables (see the module comment).
+fn env_keys(json: Option<String>, list: Option<String>) -> anyhow::Result<Vec<String>> {
+    let mut keys: Vec<String> = match json {
+        // The error names the variable, never its value.
+        Some(j) => serde_json::from_str(&j)
+            .map_err(|_| anyhow::anyhow!("{KEYS_JSON_ENV} must be a JSON list of strings"))?,
+        None => vec![],
+    };
+    if let Some(l) = list {
+        keys.extend(
+            l.split(',')
+                .map(str::trim)
+                .filter(|k| !k.is_empty())
+                .map(String::from),
+        );
+    }
+    Ok(keys)
+}
+
 impl ServeConfig {
     pub fn parse(json: &str) -> anyhow::Result<Self> {
         serde_json::from_str(json).map_err(|e| anyhow::anyhow!("invalid --args-json: {e}"))
+    }
+
+    /// `--args-json` plus the API keys from the environment.
+    pub fn load(json: &str) -> anyhow::Result<Self> {
+        let mut c = Self::parse(json)?;
+        let keys = env_keys(
+            std::env::var(KEYS_JSON_ENV).ok(),
+            std::env::var(KEY_ENV).ok(),
+        )?;
+        c.api_keys.extend(keys);
+        Ok(c)
     }
 }
 
@@ -93,5 +142,15 @@ mod tests {
         assert_eq!(c.allowed_origins, vec!["*"]);
         assert_eq!(c.max_request_body_bytes, 32 << 20);
         assert!(ServeConfig::parse(r#"{"typo": 1}"#).is_err());
+    }
+
+    #[test]
+    fn keys_from_the_environment() {
+        let k = env_keys(Some(r#"["a,b", "c"]"#.into()), Some(" d, ,e ".into())).unwrap();
+        assert_eq!(k, vec!["a,b", "c", "d", "e"]);
+        let e = env_keys(Some("sk-secret".into()), None)
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains("sk-secret"), "{e}");
     }
 }

@@ -18,6 +18,13 @@ pub enum ApiError {
     #[error("Request body is larger than the limit of {0} bytes.")]
     PayloadTooLarge(usize),
     #[error("{0}")]
+    UnsupportedMediaType(String),
+    #[error("{0}")]
+    HeadersTooLarge(String),
+    /// Admission control (the worker's RESOURCE_EXHAUSTED): 429 with Retry-After.
+    #[error("{0}")]
+    TooManyRequests(String),
+    #[error("{0}")]
     Unavailable(String),
     #[error("{0}")]
     Internal(String),
@@ -46,6 +53,9 @@ impl ApiError {
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::HeadersTooLarge(_) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            ApiError::TooManyRequests(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -57,6 +67,9 @@ impl ApiError {
             ApiError::NotFound(_) => "NotFoundError",
             ApiError::Unauthorized(_) => "AuthenticationError",
             ApiError::PayloadTooLarge(_) => "PayloadTooLargeError",
+            ApiError::UnsupportedMediaType(_) => "UnsupportedMediaTypeError",
+            ApiError::HeadersTooLarge(_) => "RequestHeaderFieldsTooLargeError",
+            ApiError::TooManyRequests(_) => "RateLimitError",
             ApiError::Unavailable(_) => "ServiceUnavailableError",
             ApiError::Internal(_) => "InternalServerError",
         }
@@ -84,10 +97,8 @@ impl ApiError {
                 ApiError::bad(s.message())
             }
             Code::NotFound => ApiError::NotFound(s.message().to_string()),
-            Code::Unavailable
-            | Code::ResourceExhausted
-            | Code::DeadlineExceeded
-            | Code::Cancelled => {
+            Code::ResourceExhausted => ApiError::TooManyRequests(s.message().to_string()),
+            Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled => {
                 ApiError::Unavailable(format!("The engine is unavailable: {}", s.message()))
             }
             _ => ApiError::Internal(format!("Engine error: {}", s.message())),
@@ -95,14 +106,20 @@ impl ApiError {
     }
 }
 
+/// What a 429 (admission control) asks the client to wait, in seconds.
+pub const RETRY_AFTER_S: &str = "1";
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut resp = (self.status(), axum::Json(self.body())).into_response();
-        if matches!(self, ApiError::Unauthorized(_)) {
-            resp.headers_mut().insert(
-                "www-authenticate",
-                axum::http::HeaderValue::from_static("Bearer"),
-            );
+        let extra = match self {
+            ApiError::Unauthorized(_) => Some(("www-authenticate", "Bearer")),
+            ApiError::TooManyRequests(_) => Some(("retry-after", RETRY_AFTER_S)),
+            _ => None,
+        };
+        if let Some((name, value)) = extra {
+            resp.headers_mut()
+                .insert(name, axum::http::HeaderValue::from_static(value));
         }
         resp
     }
@@ -132,5 +149,10 @@ mod tests {
             ApiError::from_status(tonic::Status::unavailable("x")).status(),
             StatusCode::SERVICE_UNAVAILABLE
         );
+        let e = ApiError::from_status(tonic::Status::resource_exhausted("busy"));
+        assert_eq!(e.body()["error"]["type"], "RateLimitError");
+        let resp = e.into_response();
+        assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(resp.headers()["retry-after"], RETRY_AFTER_S);
     }
 }

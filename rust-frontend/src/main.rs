@@ -2,12 +2,16 @@
 mod auth;
 mod cli;
 mod config;
+mod cors;
 mod engine;
 mod engine_client;
 mod engine_mux;
 mod errors;
+mod http_server;
+mod limits;
 mod metrics;
 mod openai;
+mod routes;
 mod server;
 mod state;
 #[cfg(test)]
@@ -45,14 +49,21 @@ fn exit_with_launcher() {
 fn main() -> ExitCode {
     exit_with_launcher();
     let cli = cli::Cli::parse();
-    if let Some(cli::Command::Text(cmd)) = cli.command {
-        return match text::devtools::run(cmd) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("error: {e:#}");
-                ExitCode::from(2)
-            }
-        };
+    match cli.command {
+        Some(cli::Command::Text(cmd)) => {
+            return match text::devtools::run(cmd) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    ExitCode::from(2)
+                }
+            };
+        }
+        Some(cli::Command::Routes) => {
+            routes::print();
+            return ExitCode::SUCCESS;
+        }
+        None => {}
     }
     tracing_subscriber::fmt()
         .with_env_filter(

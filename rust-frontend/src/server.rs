@@ -1,95 +1,44 @@
-//! Start-up (engine handshake, tokenizer, chat template), the axum router, the listening
-//! socket (inherited fd or our own bind) and graceful shutdown. Handlers depend on the state
+//! Start-up (engine handshake, tokenizer, chat template, TLS files), the axum router and the
+//! listening socket (inherited fd or our own bind); `http_server.rs` serves it. Handlers depend on the state
 //! (state.rs), never on this module.
 use crate::cli::ServeArgs;
 use crate::config::ServeConfig;
 use crate::engine_client;
 use crate::engine_mux::EngineMux;
 use crate::errors::ApiError;
+use crate::http_server;
 use crate::metrics::Metrics;
 use crate::openai;
 use crate::state::AppState;
 use crate::text::chat_template::ChatTemplate;
 use crate::text::tokenizer::Tokenizer;
-use axum::http::{HeaderName, HeaderValue, Method};
-use axum::routing::{get, post};
-use axum::serve::ListenerExt;
 use axum::Router;
 use std::sync::Arc;
 use std::time::Duration;
-use tower_http::cors::{AllowHeaders, AllowMethods, AllowOrigin, CorsLayer};
-
-fn cors(c: &ServeConfig) -> CorsLayer {
-    let any = |v: &[String]| v.iter().any(|s| s == "*");
-    let mut layer = CorsLayer::new();
-    layer = if any(&c.allowed_origins) {
-        layer.allow_origin(AllowOrigin::any())
-    } else {
-        layer.allow_origin(
-            c.allowed_origins
-                .iter()
-                .filter_map(|o| HeaderValue::from_str(o).ok())
-                .collect::<Vec<_>>(),
-        )
-    };
-    layer = if any(&c.allowed_methods) {
-        layer.allow_methods(AllowMethods::any())
-    } else {
-        layer.allow_methods(
-            c.allowed_methods
-                .iter()
-                .filter_map(|m| Method::from_bytes(m.as_bytes()).ok())
-                .collect::<Vec<_>>(),
-        )
-    };
-    layer = if any(&c.allowed_headers) {
-        layer.allow_headers(AllowHeaders::any())
-    } else {
-        layer.allow_headers(
-            c.allowed_headers
-                .iter()
-                .filter_map(|h| HeaderName::from_bytes(h.as_bytes()).ok())
-                .collect::<Vec<_>>(),
-        )
-    };
-    // Credentials cannot be combined with wildcards (tower-http panics), so only when explicit.
-    if c.allow_credentials
-        && !any(&c.allowed_origins)
-        && !any(&c.allowed_headers)
-        && !any(&c.allowed_methods)
-    {
-        layer = layer.allow_credentials(true);
-    }
-    layer
-}
 
 pub fn router(state: Arc<AppState>) -> Router {
-    Router::new()
-        .route("/v1/chat/completions", post(openai::chat::handle))
-        .route("/v1/completions", post(openai::completions::handle))
-        .route("/v1/embeddings", post(openai::embeddings::handle))
-        .route("/v1/models", get(openai::models::models))
-        .route("/health", get(openai::models::health))
-        .route("/version", get(openai::models::version))
-        .route("/metrics", get(openai::models::metrics))
-        .route("/tokenize", post(openai::models::tokenize))
-        .route("/detokenize", post(openai::models::detokenize))
-        .route(
-            "/tokenizer_info",
-            get(openai::tokenizer_info::tokenizer_info),
-        )
+    let mut router = Router::new();
+    for r in crate::routes::table() {
+        router = router.route(r.path, r.handler);
+    }
+    router
         .fallback(|| async { ApiError::NotFound("Not Found".into()) })
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             crate::auth::require_key,
         ))
-        .layer(cors(&state.config))
+        .layer(crate::cors::layer(&state.config))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            crate::cors::refuse_disallowed_preflight,
+        ))
+        .layer(axum::middleware::from_fn(crate::limits::header_limits))
         .with_state(state)
 }
 
 /// Everything that can fail before serving fails here, with a clear message (exit non-zero).
 pub async fn build_state(args: &ServeArgs) -> anyhow::Result<Arc<AppState>> {
-    let config = ServeConfig::parse(&args.args_json)?;
+    let config = ServeConfig::load(&args.args_json)?;
     // Compile an override template first: a broken one must fail even without a worker.
     let override_template = match &config.chat_template {
         Some(path) => {
@@ -157,7 +106,7 @@ fn inherited_listener(fd: i32) -> anyhow::Result<std::net::TcpListener> {
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // Bind (or adopt the inherited socket) before the engine handshake so errors surface early.
-    let std_listener = match args.listen_fd {
+    let listener = match args.listen_fd {
         Some(fd) => inherited_listener(fd)?,
         None => {
             let l = std::net::TcpListener::bind((args.host.as_str(), args.port))?;
@@ -166,42 +115,19 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
     };
     let state = build_state(&args).await?;
-    let listener = tokio::net::TcpListener::from_std(std_listener)?;
-    tracing::info!("listening on {}", listener.local_addr()?);
-    // Without TCP_NODELAY, Nagle holds each small SSE chunk until the previous one is acked.
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!("TCP_NODELAY: {e}");
-        }
-    });
+    let tls = match (&state.config.ssl_certfile, &state.config.ssl_keyfile) {
+        (Some(certfile), Some(keyfile)) => Some(
+            http_server::tls_config(&http_server::Tls {
+                certfile: certfile.clone(),
+                keyfile: keyfile.clone(),
+            })
+            .await?,
+        ),
+        (None, None) => None,
+        _ => anyhow::bail!("--ssl-certfile and --ssl-keyfile go together"),
+    };
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    tracing::info!("listening on {scheme}://{}", listener.local_addr()?);
     let grace = Duration::from_secs_f64(state.config.shutdown_timeout_s.max(0.0));
-    let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = axum::serve(listener, router(state)).with_graceful_shutdown(async move {
-        shutdown_signal().await;
-        tracing::info!("shutting down: no new connections, draining in-flight requests");
-        let _ = signalled_tx.send(());
-    });
-    // Long streams must not hold the process forever: drain for at most `grace`.
-    tokio::select! {
-        r = server => r?,
-        _ = async {
-            if signalled_rx.await.is_ok() {
-                tokio::time::sleep(grace).await;
-            } else {
-                std::future::pending::<()>().await;
-            }
-        } => tracing::warn!("in-flight requests still running after {grace:?}; exiting"),
-    }
-    tracing::info!("shut down");
-    Ok(())
-}
-
-async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
-    tokio::select! {
-        _ = term.recv() => {},
-        _ = int.recv() => {},
-    }
+    http_server::run(listener, router(state), tls, grace).await
 }

@@ -47,6 +47,8 @@ pub struct GenParams {
 }
 
 pub const MAX_LOGPROBS: i64 = 20;
+/// /v1/completions without max_tokens generates this many tokens (OpenAI's and vLLM's default).
+pub const DEFAULT_COMPLETION_MAX_TOKENS: u32 = 16;
 
 fn range_f(
     name: &str,
@@ -242,11 +244,40 @@ impl SamplingRequest {
     }
 }
 
-/// Checks prompt + completion against the context window; returns the max_tokens to send.
+impl SamplingRequest {
+    /// The operator's `--max-tokens-limit`: a request asking for more is refused, naming the
+    /// field and the limit (requests that ask for nothing are clamped by `fit_max_tokens`).
+    pub fn check_max_tokens_limit(&self, limit: Option<u32>) -> Result<(), ApiError> {
+        let (field, asked) = match (self.max_tokens, self.max_completion_tokens) {
+            (_, Some(m)) => ("max_completion_tokens", m),
+            (Some(m), None) => ("max_tokens", m),
+            (None, None) => return Ok(()),
+        };
+        match limit {
+            Some(l) if asked > l as i64 => Err(ApiError::bad_param(
+                field,
+                format!(
+                    "{field} must be at most {l} (the server's --max-tokens-limit), got {asked}."
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The most tokens a request that sets no max_tokens may generate besides the context window:
+/// the endpoint's default (16 on /v1/completions) and the operator's limit, the smaller.
+pub fn unset_max_tokens(default: Option<u32>, limit: Option<u32>) -> Option<u32> {
+    default.into_iter().chain(limit).min()
+}
+
+/// Checks prompt + completion against the context window; returns the max_tokens to send
+/// (unset: what is left of the context, at most `unset_cap`).
 pub fn fit_max_tokens(
     prompt_len: usize,
     max_tokens: Option<u32>,
     max_model_len: u32,
+    unset_cap: Option<u32>,
 ) -> Result<u32, ApiError> {
     let limit = max_model_len as usize;
     match max_tokens {
@@ -261,7 +292,9 @@ pub fn fit_max_tokens(
             "This model's maximum context length is {limit} tokens. However, you requested \
              {prompt_len} tokens in the messages, Please reduce the length of the messages."
         ))),
-        None => Ok((limit - prompt_len) as u32),
+        None => Ok(unset_cap.map_or((limit - prompt_len) as u32, |c| {
+            c.min((limit - prompt_len) as u32)
+        })),
     }
 }
 
@@ -303,12 +336,25 @@ mod tests {
 
     #[test]
     fn context_window() {
-        assert_eq!(fit_max_tokens(10, None, 100).unwrap(), 90);
-        let e = fit_max_tokens(10, Some(95), 100).unwrap_err();
+        assert_eq!(fit_max_tokens(10, None, 100, None).unwrap(), 90);
+        assert_eq!(fit_max_tokens(10, None, 100, Some(16)).unwrap(), 16);
+        assert_eq!(fit_max_tokens(95, None, 100, Some(16)).unwrap(), 5);
+        assert_eq!(unset_max_tokens(Some(16), Some(8)), Some(8));
+        assert_eq!(unset_max_tokens(None, Some(8)), Some(8));
+        assert_eq!(unset_max_tokens(None, None), None);
+        let e = fit_max_tokens(10, Some(95), 100, None).unwrap_err();
         assert_eq!(
             e.to_string(),
             "This model's maximum context length is 100 tokens. However, you requested 105 tokens (10 in the messages, 95 in the completion). Please reduce the length of the messages or completion."
         );
-        assert!(fit_max_tokens(100, None, 100).is_err());
+        assert!(fit_max_tokens(100, None, 100, Some(16)).is_err());
+        let r = req(serde_json::json!({"max_completion_tokens": 9, "max_tokens": 1}));
+        let e = r.check_max_tokens_limit(Some(8)).unwrap_err();
+        assert_eq!(
+            e.body()["error"]["param"],
+            serde_json::json!("max_completion_tokens")
+        );
+        assert!(r.check_max_tokens_limit(Some(9)).is_ok());
+        assert!(r.check_max_tokens_limit(None).is_ok());
     }
 }

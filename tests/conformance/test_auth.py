@@ -1,53 +1,19 @@
-"""Every registered route of each frontend refuses a missing or wrong key (401), except
+"""Every registered route of each frontend (the tables the routers are built from, see
+tests/reliability/routes.py) refuses a missing or wrong key (401), except
 /health and /version; CORS preflight passes without one."""
 
 from __future__ import annotations
-
-import re
-from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
 from tests.conformance.conftest import API_KEY
+from tests.reliability.routes import python_routes, rust_routes
 
-REPO = Path(__file__).resolve().parents[2]
 OPEN = {"/health", "/version"}
 UNAUTHORIZED = {"error": {"message": "Unauthorized: a valid API key is required "
                                      "(Authorization: Bearer <key>).",
                           "type": "AuthenticationError", "param": None, "code": 401}}
-
-
-def route_table(routes: list[Any]) -> set[tuple[str, str]]:
-    """(method, path) of every registered route, through included routers."""
-    from fastapi.routing import APIRoute
-
-    out: set[tuple[str, str]] = set()
-    for r in routes:
-        inner = getattr(r, "original_router", None)  # FastAPI >= 0.16x wraps included routers
-        if inner is not None:
-            out |= route_table(inner.routes)
-        elif isinstance(r, APIRoute):
-            out |= {(m, r.path) for m in r.methods}
-    return out
-
-
-def python_routes() -> set[tuple[str, str]]:
-    """From the FastAPI router itself."""
-    from hybridllm.entrypoints.engine_client import GrpcEngineClient
-    from hybridllm.entrypoints.openai.api_server import build_app
-
-    app = build_app(GrpcEngineClient("unix:///nonexistent"))  # no start-up needed
-    return route_table(app.routes)
-
-
-def rust_routes() -> set[tuple[str, str]]:
-    """The Rust binary has no route-listing command: read the router table in server.rs."""
-    src = (REPO / "rust-frontend/src/server.rs").read_text()
-    found = re.findall(r'\.route\(\s*"([^"]+)",\s*(get|post|put|delete|patch)\(', src)
-    assert found, "no routes found in server.rs"
-    return {(m.upper(), p) for p, m in found}
 
 
 def test_route_tables_agree() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import ssl
 import tempfile
 import threading
 import time
@@ -48,6 +49,9 @@ def check_chat_template(path: str | None) -> None:
 
 def run(args: argparse.Namespace) -> int:
     args.model = args.model or args.model_tag
+    if (args.ssl_certfile is None) != (args.ssl_keyfile is None):
+        print("hybridllm serve: --ssl-certfile and --ssl-keyfile go together", flush=True)
+        return 2
     check_chat_template(args.chat_template)
     if args.rust_frontend:
         return run_rust_frontend(args)
@@ -87,7 +91,9 @@ def run_rust_frontend(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    worker = spawn(worker_argv(args, engine_address))
+    # The worker needs no API key: not even in its environment.
+    worker = spawn(worker_argv(args, engine_address),
+                   env={k: v for k, v in os.environ.items() if k != "HYBRIDLLM_API_KEY"})
     options = frontend_options(args)
     if options.chat_template:
         options.chat_template = os.path.abspath(options.chat_template)
@@ -97,7 +103,7 @@ def run_rust_frontend(args: argparse.Namespace) -> int:
         if not wait_until_serving(engine_address, worker, stop):
             return 0 if stop.is_set() else _died("engine worker", worker.returncode)
         frontend.start()
-        url = f"http://{args.host}:{args.port}"
+        url = f"{'https' if args.ssl_certfile else 'http'}://{args.host}:{args.port}"
         if _wait_http_ready(url, frontend, stop):
             print(f"hybridllm: serving {url} (Rust frontend)", flush=True)
         while not stop.is_set():
@@ -119,9 +125,11 @@ def _died(what: str, code: int | None) -> int:
 
 
 def _wait_http_ready(url: str, frontend: Any, stop: threading.Event) -> bool:
+    # Our own child on our own socket: its certificate need not be one we can verify.
+    context = ssl._create_unverified_context() if url.startswith("https") else None
     while not stop.is_set() and frontend.poll() is None:
         try:
-            with urllib.request.urlopen(url + "/health", timeout=2) as resp:
+            with urllib.request.urlopen(url + "/health", timeout=2, context=context) as resp:
                 if resp.status == 200:
                     return True
         except OSError:

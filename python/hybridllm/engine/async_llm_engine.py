@@ -57,6 +57,11 @@ class EngineDeadError(RuntimeError):
     """The engine loop stopped with an exception; no request can be served any more."""
 
 
+class EngineOverloadedError(RuntimeError):
+    """Admission control: the request would make more sequences wait than
+    --max-waiting-queue-length allows. Refused at once; running requests are unaffected."""
+
+
 class AsyncLLMEngine:
     """Drives either engine: LLMEngine (generate; SamplingParams) or PoolingEngine (embed;
     PoolingParams), which share the add/abort/step_requests/make_outputs shape."""
@@ -74,6 +79,10 @@ class AsyncLLMEngine:
         self.error: BaseException | None = None
         self.num_steps = 0
         self.dead = asyncio.Event()
+        # Sequences of adds queued for the engine thread: each counter written by one thread.
+        self._seqs_queued = 0  # event loop
+        self._seqs_applied = 0  # engine thread
+        self.max_waiting = engine.config.args.max_waiting_queue_length
 
     @classmethod
     def from_engine_args(cls, args: EngineArgs, detokenize: bool = False) -> AsyncLLMEngine:
@@ -99,8 +108,22 @@ class AsyncLLMEngine:
         dead engine (EngineDeadError); a refusal the engine makes later (a duplicate id)
         reaches the consumer as a ValueError item."""
         self._check_add(prompt)
+        waiting, n = self.num_waiting, _num_seqs(params)
+        if self.max_waiting is not None and waiting + n > self.max_waiting:
+            raise EngineOverloadedError(
+                f"The server is overloaded: {waiting} sequences are waiting to be scheduled "
+                f"and the limit (--max-waiting-queue-length) is {self.max_waiting}. "
+                "Retry later.")
+        self._seqs_queued += n
         self._ops.append(("add", request_id, prompt, params, consumer))
         self._wakeup.set()
+
+    @property
+    def num_waiting(self) -> int:
+        """Sequences not yet scheduled: queued adds and the scheduler's waiting queue. Read on
+        the event loop while the engine thread moves them; an add counts twice for a moment
+        (in the scheduler before it is counted as applied), never not at all."""
+        return self._seqs_queued - self._seqs_applied + len(self.engine.scheduler.waiting)
 
     def _check_add(self, prompt: str | list[int]) -> None:
         if self.error is not None:
@@ -132,6 +155,8 @@ class AsyncLLMEngine:
                 if (then := consumer.on_step([(request_id, e)])) is not None:
                     self._outbox.append(then)
                 continue
+            finally:
+                self._seqs_applied += _num_seqs(params)
             self._consumers[request_id] = consumer
 
     def _run(self) -> None:
@@ -219,6 +244,11 @@ class AsyncLLMEngine:
         self._wakeup.set()
         if self._thread is not None:
             await asyncio.to_thread(self._thread.join)
+
+
+def _num_seqs(params: SamplingParams | PoolingParams) -> int:
+    """Sequences a request puts in the waiting queue: n samples, or one pooled input."""
+    return params.n if isinstance(params, SamplingParams) else 1
 
 
 def _run_all(callbacks: list[Callable[[], None]]) -> None:

@@ -39,6 +39,13 @@ def _list_arg(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
 
+def _positive_int(value: str) -> int:
+    n = int(value)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
+
+
 def add_frontend_args(parser: argparse.ArgumentParser) -> None:
     """Serve options shared by both frontends; flags the parser already has are left alone
     (--served-model-name and --max-model-len come from EngineArgs)."""
@@ -53,7 +60,10 @@ def add_frontend_args(parser: argparse.ArgumentParser) -> None:
     add("--listen-fd", type=int, default=None,
         help="An already bound TCP socket inherited from the launcher.")
     add("--api-key", action="append", default=None,
-        help="Required Bearer key (repeatable; also env HYBRIDLLM_API_KEY, comma-separated).")
+        help="Required Bearer key (repeatable; also env HYBRIDLLM_API_KEY, comma-separated, "
+             "which keeps it off the command line).")
+    add("--metrics-no-auth", action="store_true",
+        help="Serve /metrics without an API key (for a scraper on a private network).")
     add("--allowed-origins", type=_list_arg, default=["*"])
     add("--allowed-methods", type=_list_arg, default=["*"])
     add("--allowed-headers", type=_list_arg, default=["*"])
@@ -62,6 +72,11 @@ def add_frontend_args(parser: argparse.ArgumentParser) -> None:
     add("--max-model-len", type=int, default=None)
     add("--max-request-body-bytes", type=int, default=32 << 20,
         help="Larger request bodies get 413.")
+    add("--max-tokens-limit", type=_positive_int, default=None,
+        help="Operator cap on generated tokens: requests that set no max_tokens are clamped "
+             "to it, requests asking for more get 400.")
+    add("--ssl-keyfile", default=None, help="PEM private key: serve HTTPS.")
+    add("--ssl-certfile", default=None, help="PEM certificate (chain): serve HTTPS.")
     add("--chat-template", default=None, help="A Jinja file overriding the model's template.")
     add("--max-log-len", type=int, default=0, help="Prompt token ids logged per request.")
     add("--disable-log-requests", action="store_true")
@@ -72,6 +87,9 @@ def add_frontend_args(parser: argparse.ArgumentParser) -> None:
     add("--connect-engine", default=None, metavar="ADDRESS",
         help="Use the running `hybridllm worker` at ADDRESS (unix:///path.sock or host:port) "
              "instead of loading the engine in this process.")
+
+
+KEYS_JSON_ENV = "HYBRIDLLM_FRONTEND_API_KEYS"  # how the Rust frontend gets the keys
 
 
 def _api_keys(args: argparse.Namespace) -> list[str]:
@@ -88,6 +106,7 @@ class ServeOptions:
     served_model_name: list[str] = field(default_factory=list)
     max_model_len: int | None = None
     api_keys: list[str] = field(default_factory=list)
+    metrics_no_auth: bool = False
     allowed_origins: list[str] = field(default_factory=lambda: ["*"])
     allowed_methods: list[str] = field(default_factory=lambda: ["*"])
     allowed_headers: list[str] = field(default_factory=lambda: ["*"])
@@ -99,6 +118,9 @@ class ServeOptions:
     engine_connect_timeout_s: float = 60.0
     disable_log_requests: bool = False
     shutdown_timeout_s: float = 30.0
+    max_tokens_limit: int | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
 
 
 def frontend_options(args: argparse.Namespace) -> ServeOptions:
@@ -108,6 +130,7 @@ def frontend_options(args: argparse.Namespace) -> ServeOptions:
         served_model_name=[smn] if isinstance(smn, str) else list(smn or []),
         max_model_len=getattr(args, "max_model_len", None),
         api_keys=_api_keys(args),
+        metrics_no_auth=args.metrics_no_auth,
         allowed_origins=args.allowed_origins,
         allowed_methods=args.allowed_methods,
         allowed_headers=args.allowed_headers,
@@ -118,7 +141,14 @@ def frontend_options(args: argparse.Namespace) -> ServeOptions:
         engine_connect_timeout_s=args.engine_connect_timeout,
         disable_log_requests=args.disable_log_requests,
         shutdown_timeout_s=args.frontend_shutdown_timeout,
+        max_tokens_limit=args.max_tokens_limit,
+        ssl_certfile=_abspath(args.ssl_certfile),
+        ssl_keyfile=_abspath(args.ssl_keyfile),
     )
+
+
+def _abspath(path: str | None) -> str | None:
+    return None if path is None else os.path.abspath(path)
 
 
 def exit_with_launcher() -> None:
@@ -194,15 +224,20 @@ class RustFrontendProcessManager:
 
     def start(self) -> None:
         fd = self.sock.fileno()
+        # Keys go through the environment (readable by this user only), never the command
+        # line (/proc/PID/cmdline is world-readable).
+        options = {**asdict(self.serve_options), "api_keys": []}
         argv = [
             str(find_frontend_binary()),
             "--listen-fd", str(fd),
             "--engine-address", self.engine_address,
-            "--args-json", json.dumps(asdict(self.serve_options)),
+            "--args-json", json.dumps(options),
         ]
         if self.threads:
             argv += ["--worker-threads", str(self.threads)]
-        self.proc = spawn(argv, pass_fds=(fd,))
+        env = {k: v for k, v in os.environ.items() if k != "HYBRIDLLM_API_KEY"}
+        env[KEYS_JSON_ENV] = json.dumps(self.serve_options.api_keys)
+        self.proc = spawn(argv, pass_fds=(fd,), env=env)
 
     def poll(self) -> int | None:
         return None if self.proc is None else self.proc.poll()

@@ -19,7 +19,12 @@ from functools import partial
 
 import grpc
 
-from hybridllm.engine.async_llm_engine import AsyncLLMEngine, EngineDeadError, StepItem
+from hybridllm.engine.async_llm_engine import (
+    AsyncLLMEngine,
+    EngineDeadError,
+    EngineOverloadedError,
+    StepItem,
+)
 from hybridllm.outputs import PoolingRequestOutput, RequestOutput
 from hybridllm.proto import engine_pb2 as pb
 from hybridllm.server.engine_mux import OnEnd, OnResponse
@@ -108,6 +113,9 @@ class GenerateStreamCall:
         except ValueError as e:
             self.active.pop(rid, None)
             self._push(rejected(rid, grpc.StatusCode.INVALID_ARGUMENT, str(e)))
+        except EngineOverloadedError as e:  # frontends answer 429 + Retry-After
+            self.active.pop(rid, None)
+            self._push(rejected(rid, grpc.StatusCode.RESOURCE_EXHAUSTED, str(e)))
         except EngineDeadError as e:
             self.active.pop(rid, None)
             self._push(builder.error(str(e)))
@@ -133,7 +141,7 @@ class GenerateStreamCall:
         try:
             for part, ids in zip(pending.part_ids, pending.inputs):
                 self.engine.add_request(part, ids, pending.params, self)
-        except (ValueError, EngineDeadError) as e:
+        except (ValueError, EngineDeadError, EngineOverloadedError) as e:
             self.abort(rid)
             self._push(pending.failed(e))
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import grpc
 
+from hybridllm.engine.async_llm_engine import EngineOverloadedError
 from hybridllm.outputs import PoolingRequestOutput
 from hybridllm.pooling_params import PoolingParams
 from hybridllm.proto import engine_pb2 as pb
@@ -38,6 +39,9 @@ class PendingEmbed:
             resp.embeddings.add().values.extend(values)  # type: ignore[arg-type]
 
     def failed(self, error: BaseException) -> pb.GenerateResponse:
+        """A refusal (INVALID_ARGUMENT), admission control's (RESOURCE_EXHAUSTED: the frontends
+        answer 429) or a dead engine (UNAVAILABLE)."""
         code = (grpc.StatusCode.INVALID_ARGUMENT if isinstance(error, ValueError)
+                else grpc.StatusCode.RESOURCE_EXHAUSTED if isinstance(error, EngineOverloadedError)
                 else grpc.StatusCode.UNAVAILABLE)
         return rejected(self.request_id, code, str(error))

@@ -76,10 +76,12 @@ pub async fn handle(
         (false, _) => None,
     };
     let params = req.sampling.validate(top, state.vocab_size)?;
+    let cap = state.config.max_tokens_limit;
+    req.sampling.check_max_tokens_limit(cap)?;
     let add_generation_prompt = !req.template.continue_final_message.unwrap_or(false);
     let prompt = render_prompt(&state, &req.messages, &req.template, add_generation_prompt)?;
     let ids = tokenize(&state, prompt, req.add_special_tokens.unwrap_or(false)).await?;
-    let max_tokens = fit_max_tokens(ids.len(), params.max_tokens, state.max_model_len)?;
+    let max_tokens = fit_max_tokens(ids.len(), params.max_tokens, state.max_model_len, cap)?;
     let head = ChunkHead {
         id: new_id("chatcmpl"),
         object: "chat.completion.chunk",

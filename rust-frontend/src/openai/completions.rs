@@ -12,7 +12,9 @@ use super::text_deltas::GenEvent;
 use crate::errors::ApiError;
 use crate::state::AppState;
 use crate::text::tokenizer::DecodeOpts;
-use crate::validation::{fit_max_tokens, SamplingRequest};
+use crate::validation::{
+    fit_max_tokens, unset_max_tokens, SamplingRequest, DEFAULT_COMPLETION_MAX_TOKENS,
+};
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use futures_util::{Stream, StreamExt};
@@ -101,6 +103,12 @@ pub async fn handle(
     if echo_logprobs && params.sampling.prompt_logprobs.is_none() {
         params.sampling.prompt_logprobs = params.logprobs;
     }
+    req.sampling
+        .check_max_tokens_limit(state.config.max_tokens_limit)?;
+    let unset = unset_max_tokens(
+        Some(DEFAULT_COMPLETION_MAX_TOKENS),
+        state.config.max_tokens_limit,
+    );
     let mut gens = vec![];
     let mut echoes = vec![];
     let id = new_id("cmpl");
@@ -137,7 +145,7 @@ pub async fn handle(
                 "The prompt is empty (0 tokens).",
             ));
         }
-        let max_tokens = fit_max_tokens(ids.len(), params.max_tokens, state.max_model_len)?;
+        let max_tokens = fit_max_tokens(ids.len(), params.max_tokens, state.max_model_len, unset)?;
         echoes.push(if echo { text } else { String::new() });
         gens.push(GenRequest {
             request_id: format!("{id}-{i}"),

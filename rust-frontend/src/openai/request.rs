@@ -79,13 +79,14 @@ pub fn field_error<T: DeserializeOwned>(v: &serde_json::Value) -> Option<(String
 }
 
 /// JSON body extractor whose failures are OpenAI error bodies (axum's are plain text):
-/// too large -> 413, malformed, no object or mistyped -> 400 with serde's explanation.
+/// not JSON by its content type -> 415, too large -> 413, malformed, no object or mistyped -> 400 with serde's explanation.
 pub struct JsonBody<T>(pub T);
 
 impl<T: RequestBody> FromRequest<Arc<AppState>> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, ApiError> {
+        crate::limits::check_json_content_type(req.headers())?;
         let limit = state.config.max_request_body_bytes;
         let declared = req
             .headers()

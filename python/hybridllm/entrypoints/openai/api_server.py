@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import hmac
 import logging
+import signal
 import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -28,6 +29,7 @@ from hybridllm.entrypoints.openai import (
     serving_tokenizer_info,
 )
 from hybridllm.entrypoints.openai.errors import UNAUTHORIZED, ApiError, internal
+from hybridllm.entrypoints.openai.limits import H11_MAX_HEADER_BLOCK, HeaderLimitMiddleware
 from hybridllm.entrypoints.openai.metrics import Metrics
 from hybridllm.entrypoints.openai.state import AppState
 from hybridllm.entrypoints.rust_frontend import ServeOptions, bind_listen_socket, frontend_options
@@ -39,17 +41,19 @@ OPEN_PATHS = ("/health", "/version")
 
 
 class AuthMiddleware:
-    """Everything but /health, /version and CORS preflight needs a key when keys are set
-    (auth.rs); every key is compared, so timing does not tell which one matched."""
+    """Everything but /health, /version (and /metrics with --metrics-no-auth) and CORS
+    preflight needs a key when keys are set (auth.rs); every key is compared, so timing does
+    not tell which one matched. Neither keys nor the header are ever logged."""
 
-    def __init__(self, app: ASGIApp, keys: list[str]) -> None:
+    def __init__(self, app: ASGIApp, keys: list[str], metrics_no_auth: bool = False) -> None:
         self.app, self.keys = app, [k.encode() for k in keys]
+        self.open = OPEN_PATHS + (("/metrics",) if metrics_no_auth else ())
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         header = dict(scope.get("headers", ())).get(b"authorization", b"")
         token = header[len(b"Bearer "):].strip() if header.startswith(b"Bearer ") else None
         if (scope["type"] != "http" or not self.keys or scope["method"] == "OPTIONS"
-                or scope["path"] in OPEN_PATHS
+                or scope["path"] in self.open
                 or token is not None and any([hmac.compare_digest(k, token) for k in self.keys])):
             return await self.app(scope, receive, send)
         await ApiError(401, UNAUTHORIZED).response()(scope, receive, send)
@@ -113,7 +117,8 @@ def build_app(engine: EngineClient, opts: ServeOptions | None = None,
         logger.exception("unhandled error")
         return internal(str(e)).response()
 
-    app.add_middleware(AuthMiddleware, keys=list(opts.api_keys))
+    app.add_middleware(AuthMiddleware, keys=list(opts.api_keys),
+                       metrics_no_auth=opts.metrics_no_auth)
     lists = (opts.allowed_origins, opts.allowed_methods, opts.allowed_headers)
     origins, methods, headers = (["*"] if "*" in v else v for v in lists)
     app.add_middleware(
@@ -121,6 +126,7 @@ def build_app(engine: EngineClient, opts: ServeOptions | None = None,
         # Like tower-http: credentials only with explicit lists, never with wildcards.
         allow_credentials=opts.allow_credentials and "*" not in origins + methods + headers,
     )
+    app.add_middleware(HeaderLimitMiddleware)  # outermost, as hyper's own limits are
     return app
 
 
@@ -150,11 +156,18 @@ def run_python_server(args: argparse.Namespace) -> int:
     def ready() -> None:  # the socket listens already: connections wait for uvicorn's accept
         host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
-        print(f"hybridllm: serving the OpenAI API on http://{shown}:{port}", flush=True)
+        scheme = "https" if options.ssl_certfile else "http"
+        print(f"hybridllm: serving the OpenAI API on {scheme}://{shown}:{port}", flush=True)
 
+    tls = {"ssl_certfile": options.ssl_certfile, "ssl_keyfile": options.ssl_keyfile}
     config = uvicorn.Config(build_app(engine, options, ready), log_level="warning",
-                            lifespan="on", access_log=False,
+                            lifespan="on", access_log=False, http="h11",
+                            h11_max_incomplete_event_size=H11_MAX_HEADER_BLOCK, **tls,
                             timeout_graceful_shutdown=int(options.shutdown_timeout_s) or None)
     server = uvicorn.Server(config)
+    # uvicorn re-raises a caught SIGTERM/SIGINT after its graceful shutdown, through the
+    # handlers that were there before: a no-op one makes a drained server exit 0.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: None)
     asyncio.run(server.serve(sockets=[sock]))
     return 0 if server.started else 1

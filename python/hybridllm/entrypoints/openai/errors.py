@@ -13,10 +13,14 @@ _TYPES = {
     401: "AuthenticationError",
     404: "NotFoundError",
     413: "PayloadTooLargeError",
+    415: "UnsupportedMediaTypeError",
+    429: "RateLimitError",
+    431: "RequestHeaderFieldsTooLargeError",
     500: "InternalServerError",
     503: "ServiceUnavailableError",
 }
 
+RETRY_AFTER_S = "1"  # what a 429 (admission control) asks the client to wait
 UNAUTHORIZED = "Unauthorized: a valid API key is required (Authorization: Bearer <key>)."
 
 
@@ -35,7 +39,8 @@ class ApiError(Exception):
                           "param": self.param, "code": self.status}}
 
     def response(self) -> Response:
-        headers = {"www-authenticate": "Bearer"} if self.status == 401 else None
+        headers = ({"www-authenticate": "Bearer"} if self.status == 401
+                   else {"retry-after": RETRY_AFTER_S} if self.status == 429 else None)
         return json_response(self.body(), self.status, headers)
 
 
@@ -53,6 +58,8 @@ def from_engine(code: str, message: str) -> ApiError:
         return bad(message)
     if code == "NOT_FOUND":
         return ApiError(404, message)
-    if code in ("UNAVAILABLE", "RESOURCE_EXHAUSTED", "DEADLINE_EXCEEDED", "CANCELLED"):
+    if code == "RESOURCE_EXHAUSTED":  # the worker's admission control
+        return ApiError(429, message)
+    if code in ("UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED"):
         return ApiError(503, f"The engine is unavailable: {message}")
     return internal(f"Engine error: {message}")

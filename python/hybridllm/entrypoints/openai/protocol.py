@@ -12,6 +12,7 @@ from pydantic import ValidationError as PydanticError
 from starlette.requests import Request
 
 from hybridllm.entrypoints.openai.errors import ApiError, bad
+from hybridllm.entrypoints.openai.limits import check_json_content_type
 
 I64 = Annotated[int, Field(strict=True, ge=-(1 << 63), lt=1 << 63)]
 U32 = Annotated[int, Field(strict=True, ge=0, lt=1 << 32)]
@@ -114,6 +115,7 @@ R = TypeVar("R", bound=Struct)
 
 
 async def read_request(request: Request, cls: type[R], limit: int) -> R:
+    check_json_content_type(request.headers.get("content-type"))
     too_large = ApiError(413, f"Request body is larger than the limit of {limit} bytes.")
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:

@@ -29,7 +29,11 @@ from hybridllm.entrypoints.openai.state import (
     new_id,
     now,
 )
-from hybridllm.entrypoints.openai.validation import fit_max_tokens, validate
+from hybridllm.entrypoints.openai.validation import (
+    check_max_tokens_limit,
+    fit_max_tokens,
+    validate,
+)
 from hybridllm.text.chat_template import (
     ChatTemplateError,
     InvalidMessagesError,
@@ -69,9 +73,11 @@ async def chat_completions(request: Request) -> Response:
     if not req.logprobs and req.top_logprobs is not None and req.top_logprobs > 0:
         raise bad("top_logprobs requires logprobs to be true.", "top_logprobs")
     params = validate(req, (req.top_logprobs or 0) if req.logprobs else None, state.vocab_size)
+    cap = state.options.max_tokens_limit
+    check_max_tokens_limit(req, cap)
     prompt = render_prompt(state, req.messages, req, not req.continue_final_message)
     ids = await tokenize(state, prompt, bool(req.add_special_tokens))
-    max_tokens = fit_max_tokens(len(ids), params.max_tokens, state.max_model_len)
+    max_tokens = fit_max_tokens(len(ids), params.max_tokens, state.max_model_len, cap)
     rid, created, model, n = new_id("chatcmpl"), now(), state.served_names[0], params.n
     top_n, want_lp = params.logprobs or 0, params.logprobs is not None
     gens = [GenRequest(rid, ids, params, max_tokens)]

@@ -23,7 +23,13 @@ from hybridllm.entrypoints.openai.logprobs import completion_logprobs, prompt_lo
 from hybridllm.entrypoints.openai.protocol import CompletionRequest, read_request
 from hybridllm.entrypoints.openai.sse import SSEResponse
 from hybridllm.entrypoints.openai.state import check_model, check_task, get_state, new_id, now
-from hybridllm.entrypoints.openai.validation import fit_max_tokens, validate
+from hybridllm.entrypoints.openai.validation import (
+    DEFAULT_COMPLETION_MAX_TOKENS,
+    check_max_tokens_limit,
+    fit_max_tokens,
+    unset_max_tokens,
+    validate,
+)
 
 router = APIRouter()
 
@@ -65,6 +71,8 @@ async def completions(request: Request) -> Response:
     echo_lp = echo and params.logprobs is not None
     if echo_lp and not params.sampling.HasField("prompt_logprobs"):
         params.sampling.prompt_logprobs = params.logprobs
+    check_max_tokens_limit(req, state.options.max_tokens_limit)
+    unset = unset_max_tokens(DEFAULT_COMPLETION_MAX_TOKENS, state.options.max_tokens_limit)
     gens, echoes = [], []
     rid = new_id("cmpl")
     for i, p in enumerate(parse_prompts(req.prompt)):
@@ -78,7 +86,7 @@ async def completions(request: Request) -> Response:
             ids, text = p, state.tokenizer.decode(p) if echo else ""
         if not ids:
             raise bad("The prompt is empty (0 tokens).", "prompt")
-        max_tokens = fit_max_tokens(len(ids), params.max_tokens, state.max_model_len)
+        max_tokens = fit_max_tokens(len(ids), params.max_tokens, state.max_model_len, unset)
         echoes.append(text if echo else "")
         gens.append(GenRequest(f"{rid}-{i}", ids, params, max_tokens))
     created, model, n, tok = now(), state.served_names[0], params.n, state.tokenizer

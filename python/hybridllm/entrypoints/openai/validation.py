@@ -15,6 +15,7 @@ from hybridllm.proto import engine_pb2 as pb
 from hybridllm.text.tokenizer import DecodeOpts
 
 MAX_LOGPROBS = 20
+DEFAULT_COMPLETION_MAX_TOKENS = 16  # /v1/completions without max_tokens (OpenAI, vLLM)
 U32_MAX = (1 << 32) - 1
 I32_MAX = (1 << 31) - 1
 
@@ -96,8 +97,27 @@ def validate(req: SamplingRequest, logprobs: int | None, vocab_size: int) -> Gen
                      bool(req.include_stop_str_in_output), decode, logprobs)
 
 
-def fit_max_tokens(prompt_len: int, max_tokens: int | None, limit: int) -> int:
-    """Checks prompt + completion against the context window; returns max_tokens to send."""
+def check_max_tokens_limit(req: SamplingRequest, limit: int | None) -> None:
+    """The operator's --max-tokens-limit: a request asking for more is refused, naming the
+    field and the limit (requests that ask for nothing are clamped by fit_max_tokens)."""
+    name = "max_tokens" if req.max_completion_tokens is None else "max_completion_tokens"
+    asked = getattr(req, name)
+    if limit is not None and asked is not None and asked > limit:
+        raise bad(f"{name} must be at most {limit} (the server's --max-tokens-limit), "
+                  f"got {asked}.", name)
+
+
+def unset_max_tokens(default: int | None, limit: int | None) -> int | None:
+    """The most tokens a request that sets no max_tokens may generate besides the context:
+    the endpoint's default (16 on /v1/completions) and the operator's limit, the smaller."""
+    caps = [c for c in (default, limit) if c is not None]
+    return min(caps) if caps else None
+
+
+def fit_max_tokens(prompt_len: int, max_tokens: int | None, limit: int,
+                   unset_cap: int | None = None) -> int:
+    """Checks prompt + completion against the context window; returns max_tokens to send
+    (unset: what is left of the context, at most unset_cap)."""
     asked = f"This model's maximum context length is {limit} tokens. However, you requested"
     if max_tokens is None and prompt_len >= limit:
         raise bad(f"{asked} {prompt_len} tokens in the messages, Please reduce the length of the "
@@ -106,4 +126,7 @@ def fit_max_tokens(prompt_len: int, max_tokens: int | None, limit: int) -> int:
         raise bad(f"{asked} {prompt_len + max_tokens} tokens ({prompt_len} in the messages, "
                   f"{max_tokens} in the completion). Please reduce the length of the messages or "
                   "completion.")
-    return limit - prompt_len if max_tokens is None else max_tokens
+    if max_tokens is None:
+        left = limit - prompt_len
+        return left if unset_cap is None else min(unset_cap, left)
+    return max_tokens

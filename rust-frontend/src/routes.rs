@@ -1,0 +1,81 @@
+//! The route table: every endpoint the router serves, in one list. The router is built from
+//! it (server.rs), and `hybridllm-frontend routes` prints it, so that a test can walk the very
+//! table the server uses (every route but the open ones must refuse a missing key).
+use crate::openai;
+use crate::state::AppState;
+use axum::http::Method;
+use axum::routing::{get, post, MethodRouter};
+use std::sync::Arc;
+
+pub struct Route {
+    pub method: Method,
+    pub path: &'static str,
+    pub handler: MethodRouter<Arc<AppState>>,
+}
+
+fn route(method: Method, path: &'static str, handler: MethodRouter<Arc<AppState>>) -> Route {
+    Route {
+        method,
+        path,
+        handler,
+    }
+}
+
+/// One line per endpoint; add new ones here.
+pub fn table() -> Vec<Route> {
+    vec![
+        route(
+            Method::POST,
+            "/v1/chat/completions",
+            post(openai::chat::handle),
+        ),
+        route(
+            Method::POST,
+            "/v1/completions",
+            post(openai::completions::handle),
+        ),
+        route(
+            Method::POST,
+            "/v1/embeddings",
+            post(openai::embeddings::handle),
+        ),
+        route(Method::GET, "/v1/models", get(openai::models::models)),
+        route(Method::GET, "/health", get(openai::models::health)),
+        route(Method::GET, "/version", get(openai::models::version)),
+        route(Method::GET, "/metrics", get(openai::models::metrics)),
+        route(Method::POST, "/tokenize", post(openai::models::tokenize)),
+        route(
+            Method::POST,
+            "/detokenize",
+            post(openai::models::detokenize),
+        ),
+        route(
+            Method::GET,
+            "/tokenizer_info",
+            get(openai::tokenizer_info::tokenizer_info),
+        ),
+    ]
+}
+
+/// The table as JSON lines `{"method": "GET", "path": "/health"}` (the `routes` command).
+pub fn print() {
+    for r in table() {
+        println!(
+            "{}",
+            serde_json::json!({"method": r.method.as_str(), "path": r.path})
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_unique_per_method() {
+        let t = table();
+        let mut seen = std::collections::HashSet::new();
+        assert!(t.iter().all(|r| seen.insert((r.method.clone(), r.path))));
+        assert!(t.iter().any(|r| r.path == "/health"));
+    }
+}
