@@ -43,5 +43,6 @@ hybridllm bench frontend-overhead --repeats 1 --concurrency 64 --requests-per-le
   --baseline-requests 20 --disable-tqdm --result-json "$out/overhead.json" | tail -n 9
 echo "-- bench embed (LLM.embed vs sentence-transformers, 64 sentences; served, Rust vs Python)"
 hybridllm bench embed --num-sentences 64 --rounds 1 --serve-requests 400 \
-  --serve-real-requests 32 --serve-rounds 1 --result-json "$out/embed.json" | tail -n 12
+  --serve-real-requests 32 --serve-rounds 1 --result-json "$out/embed.json" \
+  | grep -v -e "Loading" -e "INFO"
 echo "bench smoke: results in $out"

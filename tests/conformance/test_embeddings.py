@@ -199,6 +199,9 @@ def test_models_tokenize_and_other_endpoints(embed_servers: dict) -> None:
     assert_same(models, tol=0.0)
     assert models["rust"]["data"][0]["id"] == "all-MiniLM-L6-v2"
     assert models["rust"]["data"][0]["max_model_len"] == MAX_LEN
+    info = {m: parsed(s.http.get("/tokenizer_info")) for m, s in embed_servers.items()}
+    assert_same(info, tol=0.0)
+    assert info["rust"]["model_max_length"] == MAX_LEN
     msg = ("The model does not support the {} API: `all-MiniLM-L6-v2` is an embedding model "
            "(task 'embed').")
     assert_same_error(embed_servers, "/v1/chat/completions",
