@@ -177,10 +177,8 @@ async fn non_streamed_choices_of_two_prompts() {
     assert_eq!(ids[0].strip_suffix("-0"), ids[1].strip_suffix("-1"));
 }
 
-/// lm-eval's loglikelihood request: echo + logprobs + max_tokens 1 on a token-id prompt. The
-/// prompt's tokens come first in the logprobs (the first without one), then the generated.
-#[tokio::test]
-async fn echo_with_logprobs_lists_the_prompt_tokens_first() {
+/// The engine's one response to "Hello world" + 1 token, with the prompt's logprobs.
+fn echo_answer() -> pb::GenerateResponse {
     let mut first = first_response(
         2,
         0,
@@ -202,6 +200,14 @@ async fn echo_with_logprobs_lists_the_prompt_tokens_first() {
             top: vec![token_lp("foo", -0.5, 1)],
         },
     ];
+    first
+}
+
+/// lm-eval's loglikelihood request: echo + logprobs + max_tokens 1 on a token-id prompt. The
+/// prompt's tokens come first in the logprobs (the first without one), then the generated.
+#[tokio::test]
+async fn echo_with_logprobs_lists_the_prompt_tokens_first() {
+    let first = echo_answer();
     let engine = FakeEngine::new(vec![Script::new(vec![first])]);
     let body = json!({"prompt": [[id("Hello"), id("world")]], "echo": true, "logprobs": 1,
         "max_tokens": 1, "temperature": 0, "seed": 1234});
@@ -230,27 +236,7 @@ async fn echo_with_logprobs_lists_the_prompt_tokens_first() {
 /// Streamed, the echo waits for the prompt's logprobs; the generated tokens' offsets follow.
 #[tokio::test]
 async fn streamed_echo_with_logprobs_carries_the_prompt_logprobs() {
-    let mut first = first_response(
-        2,
-        0,
-        vec![with_logprobs(
-            last_delta(0, &["foo"], Length, None),
-            "foo",
-            -0.25,
-            &[("foo", -0.25)],
-        )],
-        true,
-    );
-    first.prompt.as_mut().unwrap().prompt_logprobs = vec![
-        pb::PositionLogprobs {
-            token: Some(token_lp("Hello", f32::NAN, 0)),
-            top: vec![],
-        },
-        pb::PositionLogprobs {
-            token: Some(token_lp("world", -1.5, 2)),
-            top: vec![token_lp("foo", -0.5, 1)],
-        },
-    ];
+    let first = echo_answer();
     let engine = FakeEngine::new(vec![Script::new(vec![first])]);
     let body = json!({"prompt": [id("Hello"), id("world")], "echo": true, "logprobs": 1,
         "max_tokens": 1, "stream": true});
