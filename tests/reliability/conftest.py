@@ -5,7 +5,6 @@ the Python fallback (`hybridllm serve`, engine in-process)."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -16,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.conftest import free_port
+from tests.e2e.conftest import free_port, stop_serve
 
 KINDS = ("rust", "python")
 API_KEY = "sk-reliability-key"
@@ -62,13 +61,8 @@ def start(kind: str, tmp: Path, *flags: str, env: dict[str, str] | None = None,
 
 
 def stop(server: Server) -> int:
-    if server.proc.poll() is None:
-        server.proc.send_signal(signal.SIGTERM)
-        try:
-            server.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            server.proc.kill()
-    return server.proc.wait()
+    """SIGTERM, then the exit code (the e2e suite's rule: killed after 60 s)."""
+    return stop_serve(server)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module", params=KINDS)
