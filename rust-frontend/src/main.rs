@@ -11,6 +11,7 @@ mod http_server;
 mod limits;
 mod metrics;
 mod openai;
+mod response_store;
 mod routes;
 mod server;
 mod state;

@@ -4,7 +4,7 @@
 use crate::openai;
 use crate::state::AppState;
 use axum::http::Method;
-use axum::routing::{get, post, MethodRouter};
+use axum::routing::{delete, get, post, MethodRouter};
 use std::sync::Arc;
 
 pub struct Route {
@@ -38,6 +38,26 @@ pub fn table() -> Vec<Route> {
             Method::POST,
             "/v1/embeddings",
             post(openai::embeddings::handle),
+        ),
+        route(
+            Method::POST,
+            "/v1/responses",
+            post(openai::responses::create),
+        ),
+        route(
+            Method::GET,
+            "/v1/responses/{response_id}",
+            get(openai::responses::retrieve),
+        ),
+        route(
+            Method::DELETE,
+            "/v1/responses/{response_id}",
+            delete(openai::responses::delete),
+        ),
+        route(
+            Method::GET,
+            "/v1/responses/{response_id}/input_items",
+            get(openai::responses::input_items),
         ),
         route(Method::GET, "/v1/models", get(openai::models::models)),
         route(Method::GET, "/health", get(openai::models::health)),

@@ -78,6 +78,7 @@ pub async fn build_state(args: &ServeArgs) -> anyhow::Result<Arc<AppState>> {
     let max_model_len = config.max_model_len.unwrap_or(info.max_model_len);
     let vocab_size = (info.vocab_size as usize).max(tokenizer.vocab_size());
     tracing::info!(model = %served_names[0], max_model_len, "engine ready");
+    let responses = crate::response_store::ResponseStore::new(config.responses_store_size);
     Ok(Arc::new(AppState {
         config,
         engine: Arc::new(EngineMux::new(engine.clone())),
@@ -89,6 +90,7 @@ pub async fn build_state(args: &ServeArgs) -> anyhow::Result<Arc<AppState>> {
         max_model_len,
         vocab_size,
         metrics: Metrics::new(),
+        responses,
         created: openai::response::now(),
     }))
 }

@@ -4,6 +4,7 @@ use crate::config::ServeConfig;
 use crate::engine::Engine;
 use crate::engine_client::{pb, EngineClient};
 use crate::metrics::Metrics;
+use crate::response_store::ResponseStore;
 use crate::text::chat_template::ChatTemplate;
 use crate::text::tokenizer::Tokenizer;
 use std::sync::Arc;
@@ -21,5 +22,7 @@ pub struct AppState {
     pub max_model_len: u32,
     pub vocab_size: usize,
     pub metrics: Metrics,
+    /// `/v1/responses` objects created with `store: true`.
+    pub responses: ResponseStore,
     pub created: i64,
 }

@@ -279,6 +279,7 @@ pub fn state(engine: Arc<FakeEngine>) -> Arc<AppState> {
         max_model_len: 64,
         vocab_size,
         metrics: Metrics::new(),
+        responses: crate::response_store::ResponseStore::new(8),
         created: 0,
     })
 }

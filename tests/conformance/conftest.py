@@ -134,13 +134,14 @@ def servers(
 
 
 # Per-request random values; everything else must match.
-_ID = re.compile(r"(chatcmpl|cmpl|embd|modelperm)-[0-9a-f]{32}(-\d+)?")
+_ID = re.compile(r"(chatcmpl|cmpl|embd|modelperm)-[0-9a-f]{32}(-\d+)?|(resp|msg)_[0-9a-f]{32}")
+_TIMES = ("created", "created_at")
 
 
 def normalise(value: Any) -> Any:
-    """A parsed body with its ids and `created` timestamps masked."""
+    """A parsed body with its ids and `created` / `created_at` timestamps masked."""
     if isinstance(value, dict):
-        return {k: 0 if k == "created" and type(x) is int else normalise(x)
+        return {k: 0 if k in _TIMES and type(x) is int else normalise(x)
                 for k, x in value.items()}
     if isinstance(value, list):
         return [normalise(x) for x in value]
@@ -192,4 +193,17 @@ def parse_sse(body: bytes) -> list[Any]:
     for f in frames[:-2]:
         assert f.startswith(b"data: "), f
         out.append(normalise(json.loads(f[6:])))
+    return out
+
+
+def parse_named_sse(body: bytes) -> list[tuple[str, Any]]:
+    """The events of a named-event SSE body (the Responses API's), each
+    `event: <name>\ndata: <json>\n\n`, no [DONE]; parsed, ids and timestamps masked."""
+    frames = body.split(b"\n\n")
+    assert frames[-1] == b"", body[-200:]
+    out = []
+    for f in frames[:-1]:
+        head, data = f.split(b"\n", 1)
+        assert head.startswith(b"event: ") and data.startswith(b"data: "), f
+        out.append((head[7:].decode(), normalise(json.loads(data[6:]))))
     return out

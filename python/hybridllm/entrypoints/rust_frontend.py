@@ -46,6 +46,13 @@ def _positive_int(value: str) -> int:
     return n
 
 
+def _non_negative_int(value: str) -> int:
+    n = int(value)
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {n}")
+    return n
+
+
 def add_frontend_args(parser: argparse.ArgumentParser) -> None:
     """Serve options shared by both frontends; flags the parser already has are left alone
     (--served-model-name and --max-model-len come from EngineArgs)."""
@@ -75,6 +82,9 @@ def add_frontend_args(parser: argparse.ArgumentParser) -> None:
     add("--max-tokens-limit", type=_positive_int, default=None,
         help="Operator cap on generated tokens: requests that set no max_tokens are clamped "
              "to it, requests asking for more get 400.")
+    add("--responses-store-size", type=_non_negative_int, default=1000,
+        help="/v1/responses objects kept for retrieval and previous_response_id (least "
+             "recently used dropped first; 0 keeps none).")
     add("--ssl-keyfile", default=None, help="PEM private key: serve HTTPS.")
     add("--ssl-certfile", default=None, help="PEM certificate (chain): serve HTTPS.")
     add("--chat-template", default=None, help="A Jinja file overriding the model's template.")
@@ -119,6 +129,7 @@ class ServeOptions:
     disable_log_requests: bool = False
     shutdown_timeout_s: float = 30.0
     max_tokens_limit: int | None = None
+    responses_store_size: int = 1000
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
 
@@ -142,6 +153,7 @@ def frontend_options(args: argparse.Namespace) -> ServeOptions:
         disable_log_requests=args.disable_log_requests,
         shutdown_timeout_s=args.frontend_shutdown_timeout,
         max_tokens_limit=args.max_tokens_limit,
+        responses_store_size=args.responses_store_size,
         ssl_certfile=_abspath(args.ssl_certfile),
         ssl_keyfile=_abspath(args.ssl_keyfile),
     )

@@ -1,8 +1,9 @@
 //! OpenAI-compatible endpoints (with vLLM's extensions).
 //!
-//! The handlers (`chat`, `completions`, `embeddings`, `models`, `tokenizer_info`) never import
-//! each other: what they share lives in the modules below them (`request`, `prompt`, `generate`,
-//! `text_deltas`, `aggregate`, `response`, `logprobs`, `sse`). This module only declares them.
+//! The handlers (`chat`, `completions`, `embeddings`, `responses`, `models`, `tokenizer_info`)
+//! never import each other: what they share lives in the modules below them (`request`,
+//! `prompt`, `generate`, `text_deltas`, `aggregate`, `response`, `logprobs`, `sse`). This
+//! module only declares them.
 pub mod aggregate;
 pub mod chat;
 pub mod completions;
@@ -13,6 +14,7 @@ pub mod models;
 pub mod prompt;
 pub mod request;
 pub mod response;
+pub mod responses;
 pub mod sse;
 pub mod text_deltas;
 pub mod tokenizer_info;

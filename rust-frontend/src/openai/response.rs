@@ -50,4 +50,17 @@ impl Usage {
             "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
         })
     }
+
+    /// The Responses API's shape of the same counts.
+    pub fn to_responses_json(&self) -> Value {
+        let input: usize = self.prompt_tokens.iter().sum();
+        let output = self.completion_tokens;
+        json!({
+            "input_tokens": input,
+            "input_tokens_details": {"cached_tokens": self.cached_tokens},
+            "output_tokens": output,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": input + output,
+        })
+    }
 }

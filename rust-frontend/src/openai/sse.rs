@@ -20,6 +20,17 @@ pub fn frame<T: Serialize + ?Sized>(v: &T) -> Bytes {
     Bytes::from(buf)
 }
 
+/// A named event (the Responses API's): `event: <name>\ndata: <json>\n\n`.
+pub fn named_frame<T: Serialize + ?Sized>(event: &str, v: &T) -> Bytes {
+    let mut buf = Vec::with_capacity(256);
+    buf.extend_from_slice(b"event: ");
+    buf.extend_from_slice(event.as_bytes());
+    buf.extend_from_slice(b"\ndata: ");
+    let _ = serde_json::to_writer(&mut buf, v);
+    buf.extend_from_slice(b"\n\n");
+    Bytes::from(buf)
+}
+
 pub const DONE: &[u8] = b"data: [DONE]\n\n";
 
 /// The envelope of every streamed chunk, borrowed from the request's `ChunkHead`: serialized
@@ -86,7 +97,20 @@ where
             Bytes::from_static(DONE)
         }))
         .map(Ok::<_, Infallible>);
-    let mut resp = Body::from_stream(body).into_response();
+    event_stream(Body::from_stream(body))
+}
+
+/// Framed events as they come, with no `[DONE]` (the Responses API ends with its own event;
+/// the stream turns errors into events itself).
+pub fn sse_events_response<S>(events: S) -> Response
+where
+    S: Stream<Item = Bytes> + Send + 'static,
+{
+    event_stream(Body::from_stream(events.map(Ok::<_, Infallible>)))
+}
+
+fn event_stream(body: Body) -> Response {
+    let mut resp = body.into_response();
     let h = resp.headers_mut();
     h.insert(
         header::CONTENT_TYPE,

@@ -26,11 +26,13 @@ from hybridllm.entrypoints.openai import (
     serving_completions,
     serving_embedding,
     serving_misc,
+    serving_responses,
     serving_tokenizer_info,
 )
 from hybridllm.entrypoints.openai.errors import UNAUTHORIZED, ApiError, internal
 from hybridllm.entrypoints.openai.limits import H11_MAX_HEADER_BLOCK, HeaderLimitMiddleware
 from hybridllm.entrypoints.openai.metrics import Metrics
+from hybridllm.entrypoints.openai.responses_store import ResponseStore
 from hybridllm.entrypoints.openai.state import AppState
 from hybridllm.entrypoints.rust_frontend import ServeOptions, bind_listen_socket, frontend_options
 from hybridllm.text.chat_template import compile_template
@@ -77,6 +79,7 @@ async def build_state(engine: EngineClient, options: ServeOptions) -> AppState:
         options=options, engine=engine, tokenizer=tokenizer, template=template,
         model_info=info, served_names=names, max_model_len=max_model_len,
         vocab_size=max(info.vocab_size, tokenizer.vocab_size()), metrics=Metrics(),
+        responses=ResponseStore(options.responses_store_size),
     )
     logger.info("engine ready: model=%s max_model_len=%d", names[0], max_model_len)
     return state
@@ -97,8 +100,8 @@ def build_app(engine: EngineClient, opts: ServeOptions | None = None,
             await engine.close()
 
     app = FastAPI(lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
-    for module in (serving_chat, serving_completions, serving_embedding, serving_misc,
-                   serving_tokenizer_info):
+    for module in (serving_chat, serving_completions, serving_embedding, serving_responses,
+                   serving_misc, serving_tokenizer_info):
         app.include_router(module.router)
 
     @app.exception_handler(ApiError)

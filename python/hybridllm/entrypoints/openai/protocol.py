@@ -106,6 +106,39 @@ class EmbeddingRequest(Struct):
     normalize: bool | None = None
 
 
+class ResponsesRequest(Struct):
+    """POST /v1/responses (responses/input.rs)."""
+
+    model: str | None = None
+    input: Any  # a string or a list of input items (checked by the handler)
+    instructions: str | None = None
+    max_output_tokens: I64 | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: I64 | None = None  # vLLM's sampling extensions, as on chat completions
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    seed: I64 | None = None
+    stop: Any = None
+    ignore_eos: bool | None = None
+    stream: bool | None = None
+    store: bool | None = None
+    previous_response_id: str | None = None
+    metadata: dict[str, Any] | None = None
+    user: str | None = None
+    truncation: str | None = None
+    # Refused unless in their text-only form, never ignored.
+    background: bool | None = None
+    tools: list[Any] | None = None
+    tool_choice: Any = None
+    reasoning: Any = None
+    text: Any = None
+    include: list[Any] | None = None
+    top_logprobs: I64 | None = None
+    prompt: Any = None
+    conversation: Any = None
+
+
 class DetokenizeRequest(Struct):
     model: str | None = None
     tokens: list[U32]

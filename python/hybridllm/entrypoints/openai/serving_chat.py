@@ -19,10 +19,10 @@ from hybridllm.entrypoints.openai.generate import (
     usage_json,
 )
 from hybridllm.entrypoints.openai.logprobs import chat_content, prompt_logprobs
-from hybridllm.entrypoints.openai.protocol import ChatCompletionRequest, TemplateArgs, read_request
+from hybridllm.entrypoints.openai.prompt import render_prompt
+from hybridllm.entrypoints.openai.protocol import ChatCompletionRequest, read_request
 from hybridllm.entrypoints.openai.sse import SSEResponse
 from hybridllm.entrypoints.openai.state import (
-    AppState,
     check_model,
     check_task,
     get_state,
@@ -34,34 +34,8 @@ from hybridllm.entrypoints.openai.validation import (
     fit_max_tokens,
     validate,
 )
-from hybridllm.text.chat_template import (
-    ChatTemplateError,
-    InvalidMessagesError,
-    InvalidTemplateError,
-    render_chat,
-)
 
 router = APIRouter()
-
-
-def render_prompt(state: AppState, messages: list[Any], t: TemplateArgs, default_agp: bool) -> str:
-    """With the request's template, the --chat-template override or the model's."""
-    source = t.chat_template if t.chat_template is not None else state.template
-    if source is None:
-        raise bad("This model has no chat template; pass `chat_template` or use /v1/completions.")
-    agp = default_agp if t.add_generation_prompt is None else t.add_generation_prompt
-    info = state.model_info
-    try:
-        return render_chat(source, messages, add_generation_prompt=agp,
-                           continue_final_message=bool(t.continue_final_message), tools=t.tools,
-                           documents=t.documents, bos_token=info.bos_token,
-                           eos_token=info.eos_token, extra=t.chat_template_kwargs)
-    except InvalidTemplateError as e:  # only a request's own: the others compiled at start-up
-        raise bad(str(e), "chat_template") from None
-    except InvalidMessagesError as e:
-        raise bad(str(e), "messages") from None
-    except ChatTemplateError as e:
-        raise bad(str(e)) from None
 
 
 @router.post("/v1/chat/completions")

@@ -13,8 +13,8 @@ from hybridllm import __version__
 from hybridllm.entrypoints.engine_client import EngineCallError
 from hybridllm.entrypoints.openai.errors import bad, json_response
 from hybridllm.entrypoints.openai.generate import tokenize as encode
+from hybridllm.entrypoints.openai.prompt import render_prompt
 from hybridllm.entrypoints.openai.protocol import DetokenizeRequest, TokenizeRequest, read_request
-from hybridllm.entrypoints.openai.serving_chat import render_prompt
 from hybridllm.entrypoints.openai.state import check_model, get_state, new_id
 
 router = APIRouter()

@@ -20,12 +20,19 @@ def frame(v: Any) -> bytes:
     return b"data: " + orjson.dumps(v) + b"\n\n"
 
 
+def named_frame(event: str, v: Any) -> bytes:
+    """A named event (the Responses API's): `event: <name>\ndata: <json>\n\n`."""
+    return b"event: " + event.encode() + b"\ndata: " + orjson.dumps(v) + b"\n\n"
+
+
 class SSEResponse(StreamingResponse):
     """A client that goes away cancels the chunk generator (and so the engine call) at once,
     not at the next write: starlette watches for the disconnect."""
 
-    def __init__(self, chunks: AsyncIterator[Any]) -> None:
-        super().__init__(_frames(chunks), media_type="text/event-stream",
+    def __init__(self, chunks: AsyncIterator[Any], framed: bool = False) -> None:
+        """framed: `chunks` are whole frames already, sent as they come with no [DONE] (the
+        Responses API ends with its own event and turns errors into events itself)."""
+        super().__init__(chunks if framed else _frames(chunks), media_type="text/event-stream",
                          headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

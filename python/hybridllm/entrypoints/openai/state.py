@@ -11,6 +11,7 @@ from starlette.requests import Request
 from hybridllm.entrypoints.engine_client import EngineClient
 from hybridllm.entrypoints.openai.errors import ApiError
 from hybridllm.entrypoints.openai.metrics import Metrics
+from hybridllm.entrypoints.openai.responses_store import ResponseStore
 from hybridllm.entrypoints.rust_frontend import ServeOptions
 from hybridllm.proto import engine_pb2 as pb
 from hybridllm.text.tokenizer import Tokenizer
@@ -27,6 +28,7 @@ class AppState:
     max_model_len: int
     vocab_size: int
     metrics: Metrics
+    responses: ResponseStore  # /v1/responses objects created with store: true
     created: int = field(default_factory=lambda: int(time.time()))
 
 

@@ -1,0 +1,327 @@
+//! The `/v1/responses` request: its fields, those served only in their text-only form, and
+//! its input items read into stored items and chat messages.
+use crate::errors::ApiError;
+use crate::validation::SamplingRequest;
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+#[derive(Debug, Deserialize)]
+pub struct ResponsesRequest {
+    pub model: Option<String>,
+    pub input: Value,
+    pub instructions: Option<String>,
+    pub max_output_tokens: Option<i64>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    /// vLLM's sampling extensions, as on chat completions.
+    pub top_k: Option<i64>,
+    pub min_p: Option<f64>,
+    pub repetition_penalty: Option<f64>,
+    pub seed: Option<i64>,
+    pub stop: Option<Value>,
+    pub ignore_eos: Option<bool>,
+    pub stream: Option<bool>,
+    pub store: Option<bool>,
+    pub previous_response_id: Option<String>,
+    pub metadata: Option<Map<String, Value>>,
+    pub user: Option<String>,
+    pub truncation: Option<String>,
+    // Refused unless in their text-only form (`check_unsupported`), never ignored.
+    pub background: Option<bool>,
+    pub tools: Option<Vec<Value>>,
+    pub tool_choice: Option<Value>,
+    pub reasoning: Option<Value>,
+    pub text: Option<Value>,
+    pub include: Option<Vec<Value>>,
+    pub top_logprobs: Option<i64>,
+    pub prompt: Option<Value>,
+    pub conversation: Option<Value>,
+}
+
+impl super::super::request::RequestBody for ResponsesRequest {}
+
+const METADATA_KEYS: usize = 16;
+const METADATA_KEY_CHARS: usize = 64;
+const METADATA_VALUE_CHARS: usize = 512;
+
+impl ResponsesRequest {
+    /// Tools, reasoning, background runs, structured text and extra output are not served.
+    pub fn check_unsupported(&self) -> Result<(), ApiError> {
+        let no = |field: &str, why: &str| Err(ApiError::bad_param(field, why));
+        if self.background == Some(true) {
+            return no(
+                "background",
+                "background is not supported: responses are created in the foreground (background must be false).",
+            );
+        }
+        if self.tools.as_ref().is_some_and(|t| !t.is_empty()) {
+            return no(
+                "tools",
+                "tools is not supported: only text responses are served (tools must be empty).",
+            );
+        }
+        let plain_choice = match &self.tool_choice {
+            None => true,
+            Some(Value::String(s)) => s == "auto" || s == "none",
+            Some(_) => false,
+        };
+        if !plain_choice {
+            return no(
+                "tool_choice",
+                "tool_choice is not supported: no tools are served (tool_choice must be \"auto\" or \"none\").",
+            );
+        }
+        if self.reasoning.as_ref().is_some_and(|r| !r.is_null()) {
+            return no(
+                "reasoning",
+                "reasoning is not supported: the model has no reasoning options (reasoning must be null).",
+            );
+        }
+        if let Some(t) = &self.text {
+            let format = t
+                .as_object()
+                .map(|o| o.get("format").unwrap_or(&Value::Null));
+            let plain = match format {
+                Some(Value::Null) => true,
+                Some(f) => f.get("type").and_then(Value::as_str) == Some("text"),
+                None => t.is_null(),
+            };
+            if !plain {
+                return no(
+                    "text",
+                    "text.format is not supported: only {\"type\": \"text\"} is served.",
+                );
+            }
+        }
+        if self.include.as_ref().is_some_and(|i| !i.is_empty()) {
+            return no(
+                "include",
+                "include is not supported: no extra output is available (include must be empty).",
+            );
+        }
+        if self.top_logprobs.is_some_and(|n| n != 0) {
+            return no(
+                "top_logprobs",
+                "top_logprobs is not supported on /v1/responses (it must be 0).",
+            );
+        }
+        if self.prompt.as_ref().is_some_and(|p| !p.is_null()) {
+            return no(
+                "prompt",
+                "prompt is not supported: stored prompt templates are not available (use input).",
+            );
+        }
+        if self.conversation.as_ref().is_some_and(|c| !c.is_null()) {
+            return no(
+                "conversation",
+                "conversation is not supported: use previous_response_id to continue a conversation.",
+            );
+        }
+        Ok(())
+    }
+
+    /// `truncation: "auto"` drops the oldest turns of a prompt that does not fit.
+    pub fn truncation_auto(&self) -> Result<bool, ApiError> {
+        match self.truncation.as_deref() {
+            None | Some("disabled") => Ok(false),
+            Some("auto") => Ok(true),
+            Some(t) => Err(ApiError::bad_param(
+                "truncation",
+                format!(
+                    "truncation must be \"auto\" or \"disabled\", got {}.",
+                    json!(t)
+                ),
+            )),
+        }
+    }
+
+    /// OpenAI's limits: 16 string values, keys up to 64 characters, values up to 512.
+    pub fn check_metadata(&self) -> Result<(), ApiError> {
+        let Some(m) = &self.metadata else {
+            return Ok(());
+        };
+        let bad = |msg: String| Err(ApiError::bad_param("metadata", msg));
+        if m.len() > METADATA_KEYS {
+            return bad(format!(
+                "metadata must have at most {METADATA_KEYS} keys, got {}.",
+                m.len()
+            ));
+        }
+        for (k, v) in m {
+            let n = k.chars().count();
+            if n > METADATA_KEY_CHARS {
+                return bad(format!(
+                    "metadata keys must be at most {METADATA_KEY_CHARS} characters, got {n}."
+                ));
+            }
+            let Some(s) = v.as_str() else {
+                return bad("metadata values must be strings.".into());
+            };
+            let n = s.chars().count();
+            if n > METADATA_VALUE_CHARS {
+                return bad(format!(
+                    "metadata values must be at most {METADATA_VALUE_CHARS} characters, got {n}."
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The sampling fields as chat completions reads them; `max_output_tokens` checked here
+    /// so that its errors name it.
+    pub fn sampling(&self, limit: Option<u32>) -> Result<SamplingRequest, ApiError> {
+        if let Some(m) = self.max_output_tokens {
+            if !(1..=u32::MAX as i64).contains(&m) {
+                return Err(ApiError::bad_param(
+                    "max_output_tokens",
+                    format!("max_output_tokens must be in [1, {}], got {m}.", u32::MAX),
+                ));
+            }
+            if let Some(l) = limit.filter(|l| m > *l as i64) {
+                return Err(ApiError::bad_param(
+                    "max_output_tokens",
+                    format!(
+                        "max_output_tokens must be at most {l} (the server's --max-tokens-limit), got {m}."
+                    ),
+                ));
+            }
+        }
+        Ok(SamplingRequest {
+            temperature: self.temperature,
+            top_p: self.top_p,
+            top_k: self.top_k,
+            min_p: self.min_p,
+            repetition_penalty: self.repetition_penalty,
+            seed: self.seed,
+            stop: self.stop.clone(),
+            ignore_eos: self.ignore_eos,
+            max_tokens: self.max_output_tokens,
+            ..Default::default()
+        })
+    }
+}
+
+/// OpenAI's item ids: `msg_<32 hex>`.
+pub fn new_item_id() -> String {
+    format!("msg_{}", uuid::Uuid::new_v4().simple())
+}
+
+/// The input as stored (`input_items`, with ids) and as chat messages for the template.
+pub struct Input {
+    pub items: Vec<Value>,
+    pub messages: Vec<Value>,
+}
+
+const ROLES: [&str; 4] = ["user", "system", "developer", "assistant"];
+
+/// A string is one user message; a list holds messages (`{"role", "content"}`, optionally
+/// `"type": "message"`) whose content is a string or text parts.
+pub fn read_input(input: &Value) -> Result<Input, ApiError> {
+    let bad = |msg: String| ApiError::bad_param("input", msg);
+    let list = match input {
+        Value::String(s) => return Ok(one_input("user", vec![(part_type("user"), s.clone())])),
+        Value::Array(a) if a.is_empty() => return Err(bad("input must not be empty.".into())),
+        Value::Array(a) => a,
+        _ => {
+            return Err(bad(
+                "input must be a string or a list of input items.".into()
+            ))
+        }
+    };
+    let mut out = Input {
+        items: vec![],
+        messages: vec![],
+    };
+    for (i, item) in list.iter().enumerate() {
+        let Some(o) = item.as_object() else {
+            return Err(bad(format!("input[{i}] must be an object.")));
+        };
+        match o.get("type") {
+            None | Some(Value::Null) => {}
+            Some(Value::String(t)) if t == "message" => {}
+            Some(t) => {
+                return Err(bad(format!(
+                    "input[{i}]: item type {} is not supported (only messages).",
+                    t.as_str()
+                        .map_or("<not a string>".to_string(), |t| json!(t).to_string())
+                )))
+            }
+        }
+        let role = match o.get("role").and_then(Value::as_str) {
+            Some(r) if ROLES.contains(&r) => r,
+            _ => {
+                return Err(bad(format!(
+                    "input[{i}].role must be one of user, system, developer, assistant."
+                )))
+            }
+        };
+        let parts = match o.get("content") {
+            Some(Value::String(s)) => vec![(part_type(role), s.clone())],
+            Some(Value::Array(ps)) => {
+                let mut parts = vec![];
+                for (j, p) in ps.iter().enumerate() {
+                    match (
+                        p.get("type").and_then(Value::as_str),
+                        p.get("text").and_then(Value::as_str),
+                    ) {
+                        (Some(t @ ("input_text" | "output_text")), Some(text)) => {
+                            parts.push((if t == "input_text" { "input_text" } else { "output_text" }, text.to_string()))
+                        }
+                        (t, _) => {
+                            return Err(bad(format!(
+                                "input[{i}].content[{j}]: content part type {} is not supported (text only).",
+                                t.map_or("<missing>".to_string(), |t| json!(t).to_string())
+                            )))
+                        }
+                    }
+                }
+                parts
+            }
+            _ => {
+                return Err(bad(format!(
+                    "input[{i}].content must be a string or a list of content parts."
+                )))
+            }
+        };
+        let one = one_input(role, parts);
+        out.items.extend(one.items);
+        out.messages.extend(one.messages);
+    }
+    Ok(out)
+}
+
+/// What a plain string becomes: the assistant's own words are output text.
+fn part_type(role: &str) -> &'static str {
+    if role == "assistant" {
+        "output_text"
+    } else {
+        "input_text"
+    }
+}
+
+fn one_input(role: &str, parts: Vec<(&'static str, String)>) -> Input {
+    let text = parts
+        .iter()
+        .map(|(_, t)| t.as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
+    let content: Vec<Value> = parts
+        .into_iter()
+        .map(|(t, text)| match t {
+            "output_text" => json!({"type": t, "text": text, "annotations": []}),
+            _ => json!({"type": t, "text": text}),
+        })
+        .collect();
+    // Templates know system, not OpenAI's newer name for it.
+    let template_role = if role == "developer" { "system" } else { role };
+    Input {
+        items: vec![json!({
+            "id": new_item_id(),
+            "type": "message",
+            "role": role,
+            "content": content,
+            "status": "completed",
+        })],
+        messages: vec![json!({"role": template_role, "content": text})],
+    }
+}

@@ -1,0 +1,100 @@
+//! The frontend's store of `/v1/responses` objects (`store: true`): a bounded LRU map from
+//! response id to what `GET /v1/responses/{id}`, its input items and `previous_response_id`
+//! need. It lives in the frontend, so it serves every worker behind it; each frontend (and
+//! so each server behind an external load balancer) has its own.
+use lru::LruCache;
+use serde_json::Value;
+use std::num::NonZeroUsize;
+use std::sync::{Arc, Mutex};
+
+pub struct StoredResponse {
+    /// The API key that created it (None without `--api-key`): only that key sees it.
+    pub owner: Option<String>,
+    /// The response object as it was returned.
+    pub response: Value,
+    /// This request's input items, with their ids (not those of earlier turns).
+    pub input_items: Vec<Value>,
+    /// Chat messages to continue from: the earlier turns, this input and this output.
+    pub conversation: Vec<Value>,
+}
+
+pub struct ResponseStore {
+    /// None: a capacity of 0 stores nothing.
+    map: Option<Mutex<LruCache<String, Arc<StoredResponse>>>>,
+}
+
+impl ResponseStore {
+    pub fn new(capacity: usize) -> Self {
+        ResponseStore {
+            map: NonZeroUsize::new(capacity).map(|c| Mutex::new(LruCache::new(c))),
+        }
+    }
+
+    /// Stores it under `id`, dropping the least recently used entry when full.
+    pub fn put(&self, id: String, r: StoredResponse) {
+        if let Some(m) = &self.map {
+            lock(m).put(id, Arc::new(r));
+        }
+    }
+
+    /// The response if it exists and `owner` may see it (a use counts as recent).
+    pub fn get(&self, id: &str, owner: Option<&str>) -> Option<Arc<StoredResponse>> {
+        let mut m = lock(self.map.as_ref()?);
+        let r = m.get(id)?;
+        (r.owner.as_deref() == owner).then(|| r.clone())
+    }
+
+    /// Removes it if it exists and `owner` may see it.
+    pub fn remove(&self, id: &str, owner: Option<&str>) -> bool {
+        let Some(m) = &self.map else { return false };
+        let mut m = lock(m);
+        if m.peek(id).is_some_and(|r| r.owner.as_deref() == owner) {
+            m.pop(id);
+            return true;
+        }
+        false
+    }
+}
+
+/// A panic while holding the lock leaves the map consistent (no update spans two calls).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stored(owner: Option<&str>, n: i64) -> StoredResponse {
+        StoredResponse {
+            owner: owner.map(str::to_string),
+            response: serde_json::json!({"n": n}),
+            input_items: vec![],
+            conversation: vec![],
+        }
+    }
+
+    #[test]
+    fn bounded_lru_per_owner() {
+        let s = ResponseStore::new(2);
+        s.put("a".into(), stored(Some("k1"), 1));
+        s.put("b".into(), stored(Some("k1"), 2));
+        assert!(s.get("a", Some("k1")).is_some()); // a is now the most recent
+        s.put("c".into(), stored(Some("k1"), 3)); // evicts b
+        assert!(s.get("b", Some("k1")).is_none());
+        assert_eq!(s.get("c", Some("k1")).unwrap().response["n"], 3);
+        assert!(s.get("a", Some("k2")).is_none());
+        assert!(s.get("a", None).is_none());
+        assert!(!s.remove("a", Some("k2")));
+        assert!(s.remove("a", Some("k1")));
+        assert!(s.get("a", Some("k1")).is_none());
+    }
+
+    #[test]
+    fn zero_capacity_stores_nothing() {
+        let s = ResponseStore::new(0);
+        s.put("a".into(), stored(None, 1));
+        assert!(s.get("a", None).is_none());
+        assert!(!s.remove("a", None));
+    }
+}

@@ -1,0 +1,236 @@
+"""POST /v1/responses in every frontend: the same response object and the same named events
+for the same greedy request, the same refusals, and the stored responses (retrieve, input
+items, continue with previous_response_id, delete) through the official openai client."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import openai
+import pytest
+
+from tests.conformance.conftest import (
+    API_KEY,
+    MAX_MODEL_LEN,
+    assert_equal,
+    assert_same,
+    normalise,
+    parse_named_sse,
+    parsed,
+)
+
+R = "/v1/responses"
+Q = "What is the capital of France?"
+EVENTS = ["response.created", "response.in_progress", "response.output_item.added",
+          "response.content_part.added"]
+TAIL = ["response.output_text.done", "response.content_part.done",
+        "response.output_item.done"]
+LONG = "The quick brown fox jumps over the lazy dog. " * 25  # ~250 tokens
+
+CASES: list[dict[str, Any]] = [
+    {"input": Q, "max_output_tokens": 12, "temperature": 0},
+    {"input": [{"role": "user", "content": "Hi"}], "instructions": "Answer in one word.",
+     "max_output_tokens": 8, "temperature": 0, "metadata": {"run": "conformance"},
+     "user": "u-1", "store": False},
+    {"input": [{"type": "message", "role": "developer",
+                "content": [{"type": "input_text", "text": "Reply in French."}]},
+               {"role": "user", "content": [{"type": "input_text", "text": "Hello"},
+                                            {"type": "input_text", "text": "there"}]}],
+     "max_output_tokens": 6, "temperature": 0},
+    {"input": [{"role": "user", "content": "Hi"},
+               {"role": "assistant", "content": [{"type": "output_text", "text": "Hello!"}]},
+               {"role": "user", "content": Q}], "max_output_tokens": 10, "temperature": 0},
+    # Ends on EOS well before the limit: status completed.
+    {"input": "Say OK.", "max_output_tokens": 64, "temperature": 0},
+    {"input": "Write a word", "max_output_tokens": 8, "temperature": 0.8, "top_p": 0.9,
+     "seed": 7},
+    {"input": "List three colors, one per line.", "max_output_tokens": 30, "temperature": 0,
+     "stop": ["\n"]},
+    {"input": "Count:", "max_output_tokens": 5, "temperature": 0, "ignore_eos": True},
+    # Too long together: auto truncation drops the oldest turns.
+    {"input": [{"role": "user", "content": LONG}, {"role": "assistant", "content": "Yes."},
+               {"role": "user", "content": Q}], "truncation": "auto",
+     "max_output_tokens": MAX_MODEL_LEN - 200, "temperature": 0},
+]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["full", "stream"])
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_same_answer(servers: dict, case: int, stream: bool) -> None:
+    body = {**CASES[case], "stream": stream}
+    results = {}
+    for mode, s in servers.items():
+        r = s.post(R, body)
+        assert r.status_code == 200, (mode, r.text)
+        if not stream:
+            assert r.headers["content-type"] == "application/json"
+            results[mode] = parsed(r)
+            continue
+        assert r.headers["content-type"] == "text/event-stream; charset=utf-8"
+        events = parse_named_sse(r.content)
+        names = [n for n, _ in events]
+        deltas = names.count("response.output_text.delta")
+        assert deltas >= 1, (mode, names)
+        assert names == EVENTS + ["response.output_text.delta"] * deltas + TAIL + [
+            "response.incomplete" if events[-1][1]["response"]["status"] == "incomplete"
+            else "response.completed"], (mode, names)
+        for i, (name, data) in enumerate(events):
+            assert data["type"] == name and data["sequence_number"] == i, (mode, i, data)
+        done = events[-1][1]["response"]
+        text = "".join(d["delta"] for n, d in events if n == "response.output_text.delta")
+        assert done["output"][0]["content"][0]["text"] == text
+        results[mode] = events
+    assert_same(results)
+
+
+def test_stream_equals_full(servers: dict) -> None:
+    """The streamed response's last event carries the same object as the full answer."""
+    body = {**CASES[0], "max_output_tokens": 3}
+    for mode, s in servers.items():
+        full = parsed(s.post(R, body))
+        done = parse_named_sse(s.post(R, {**body, "stream": True}).content)[-1][1]["response"]
+        assert_equal(done, full, where=mode)
+        assert full["status"] == "incomplete"
+        assert full["incomplete_details"] == {"reason": "max_output_tokens"}
+        assert full["usage"]["output_tokens"] == 3
+        assert full["output"][0]["status"] == "incomplete"
+
+
+ERRORS: list[tuple[dict[str, Any], str | None]] = [
+    ({"background": True}, "background"),
+    ({"tools": [{"type": "function", "name": "f", "parameters": {}}]}, "tools"),
+    ({"tool_choice": "required"}, "tool_choice"),
+    ({"tool_choice": {"type": "function", "name": "f"}}, "tool_choice"),
+    ({"reasoning": {"effort": "high"}}, "reasoning"),
+    ({"text": {"format": {"type": "json_schema", "name": "x", "schema": {}}}}, "text"),
+    ({"text": "plain"}, "text"),
+    ({"include": ["message.output_text.logprobs"]}, "include"),
+    ({"top_logprobs": 2}, "top_logprobs"),
+    ({"prompt": {"id": "pmpt_1"}}, "prompt"),
+    ({"conversation": "conv_1"}, "conversation"),
+    ({"truncation": "middle"}, "truncation"),
+    ({"metadata": {str(i): "v" for i in range(17)}}, "metadata"),
+    ({"metadata": {"k" * 65: "v"}}, "metadata"),
+    ({"metadata": {"k": 1}}, "metadata"),
+    ({"metadata": {"k": "v" * 513}}, "metadata"),
+    ({"max_output_tokens": 0}, "max_output_tokens"),
+    ({"max_output_tokens": MAX_MODEL_LEN}, None),  # prompt + output beyond the window
+    ({"temperature": 2.5}, "temperature"),
+    ({"top_p": 0}, "top_p"),
+    ({"input": []}, "input"),
+    ({"input": 5}, "input"),
+    ({"input": [5]}, "input"),
+    ({"input": [{"type": "function_call_output", "call_id": "c", "output": "x"}]}, "input"),
+    ({"input": [{"role": "tool", "content": "x"}]}, "input"),
+    ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
+     "input"),
+    ({"input": [{"role": "user", "content": 5}]}, "input"),
+    ({"input": [{"role": "user", "content": LONG * 3}]}, None),  # truncation disabled
+    ({"model": "no-such-model"}, None),
+]
+
+
+@pytest.mark.parametrize("case", range(len(ERRORS)))
+def test_refusals(servers: dict, case: int) -> None:
+    extra, param = ERRORS[case]
+    body = {"input": "Hi", "max_output_tokens": 4, **extra}
+    results = {}
+    for mode, s in servers.items():
+        r = s.post(R, body)
+        assert r.status_code == (404 if "model" in extra else 400), (mode, r.text)
+        err = parsed(r)["error"]
+        assert err["param"] == param, (mode, err)
+        results[mode] = err
+    assert_same(results)
+
+
+def test_unknown_ids_are_404(servers: dict) -> None:
+    missing = "resp_" + "0" * 32
+    for mode, s in servers.items():
+        for method in ("GET", "DELETE"):
+            r = s.http.request(method, f"{R}/{missing}")
+            assert r.status_code == 404, (mode, method)
+            assert r.json() == {"error": {
+                "message": f"Response with id '{missing}' not found.", "type": "NotFoundError",
+                "param": None, "code": 404}}
+        r = s.post(R, {"input": "Hi", "previous_response_id": missing})
+        assert r.status_code == 404
+        assert r.json()["error"]["message"] == f"Previous response with id '{missing}' not found."
+
+
+def test_openai_client_store_and_continue(servers: dict) -> None:
+    """Non-stream and stream give the same greedy text; the second turn's prompt holds the
+    first turn (counted through /tokenize) but not its instructions; retrieve, input items
+    and delete work; store=False responses cannot be retrieved or continued."""
+    seen = {}
+    for mode, s in servers.items():
+        client = openai.OpenAI(base_url=s.url + "/v1", api_key=API_KEY, max_retries=0)
+        first = client.responses.create(input=Q, instructions="Answer briefly.",
+                                        max_output_tokens=16, temperature=0)
+        events = list(client.responses.create(input=Q, instructions="Answer briefly.",
+                                              max_output_tokens=16, temperature=0,
+                                              stream=True))
+        numbers = [e.sequence_number for e in events]
+        assert numbers == list(range(len(events)))
+        assert events[-1].type in ("response.completed", "response.incomplete")
+        streamed = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+        assert streamed == first.output_text and first.output_text
+        second = client.responses.create(input="And of Germany?", previous_response_id=first.id,
+                                         max_output_tokens=8, temperature=0)
+        conversation = [{"role": "user", "content": Q},
+                        {"role": "assistant", "content": first.output_text},
+                        {"role": "user", "content": "And of Germany?"}]
+        count = s.post("/tokenize", {"messages": conversation}).json()["count"]
+        assert second.usage.input_tokens == count, mode
+        assert second.previous_response_id == first.id
+        got = client.responses.retrieve(first.id)
+        assert got.output_text == first.output_text and got.id == first.id
+        items = client.responses.input_items.list(second.id)
+        assert [(i.role, i.content[0].text) for i in items.data] == [("user", "And of Germany?")]
+        client.responses.delete(first.id)
+        with pytest.raises(openai.NotFoundError):
+            client.responses.retrieve(first.id)
+        unstored = client.responses.create(input="Hi", max_output_tokens=2, store=False)
+        with pytest.raises(openai.NotFoundError):
+            client.responses.retrieve(unstored.id)
+        with pytest.raises(openai.NotFoundError):
+            client.responses.create(input="Hi", previous_response_id=unstored.id)
+        seen[mode] = (first.output_text, second.output_text, second.usage.input_tokens)
+    assert len(set(seen.values())) == 1, seen
+
+
+def test_input_items_pages(servers: dict) -> None:
+    """order (desc by default), limit and after over one response's own items."""
+    msgs = [{"role": "user", "content": f"m{i}"} for i in range(5)]
+    pages = {}
+    for mode, s in servers.items():
+        rid = s.post(R, {"input": msgs, "max_output_tokens": 1}).json()["id"]
+        desc = s.http.get(f"{R}/{rid}/input_items").json()
+        texts = [i["content"][0]["text"] for i in desc["data"]]
+        assert texts == ["m4", "m3", "m2", "m1", "m0"] and desc["has_more"] is False
+        page = s.http.get(f"{R}/{rid}/input_items",
+                          params={"order": "asc", "limit": 2}).json()
+        assert [i["content"][0]["text"] for i in page["data"]] == ["m0", "m1"]
+        assert page["has_more"] is True and page["last_id"] == page["data"][1]["id"]
+        rest = s.http.get(f"{R}/{rid}/input_items",
+                          params={"order": "asc", "after": page["last_id"]}).json()
+        assert [i["content"][0]["text"] for i in rest["data"]] == ["m2", "m3", "m4"]
+        bad = [s.http.get(f"{R}/{rid}/input_items", params=p) for p in
+               ({"order": "up"}, {"limit": "0"}, {"limit": "x"}, {"after": "msg_none"})]
+        pages[mode] = (normalise(desc), [(b.status_code, b.json()) for b in bad])
+    assert_same(pages)
+
+
+
+def test_auto_truncation_drops_the_oldest_turns(servers: dict) -> None:
+    """Too long as a whole: refused with truncation disabled; with auto, the first turn is
+    dropped and the prompt is exactly the remaining turns."""
+    turns = CASES[8]["input"]
+    body = {"input": turns, "max_output_tokens": MAX_MODEL_LEN - 200, "temperature": 0}
+    for mode, s in servers.items():
+        assert s.post(R, body).status_code == 400, mode
+        r = s.post(R, {**body, "truncation": "auto"}).json()
+        kept = s.post("/tokenize", {"messages": turns[1:]}).json()["count"]
+        whole = s.post("/tokenize", {"messages": turns}).json()["count"]
+        assert r["usage"]["input_tokens"] == kept < whole, mode
+        assert r["truncation"] == "auto"
