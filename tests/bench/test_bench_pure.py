@@ -75,6 +75,9 @@ def test_payload_shapes() -> None:
     assert chat["stream"] and chat["stream_options"] == {"include_usage": True}
     comp = json.loads(build_payload("/v1/completions", "m", "hi", 16, False))
     assert comp["prompt"] == "hi" and "ignore_eos" not in comp and comp["max_tokens"] == 16
+    resp = json.loads(build_payload("/v1/responses", "m", "hi", 16, True))
+    assert resp == {"model": "m", "input": "hi", "max_output_tokens": 16, "stream": True,
+                    "temperature": 0.0, "ignore_eos": True}
 
 
 def test_random_prompts_have_the_asked_length(model_path) -> None:

@@ -62,3 +62,21 @@ def test_native_client_refuses_to_start_on_a_failing_warm_up(mock_server: Server
     with pytest.raises(SystemExit, match="test request failed: HTTP 401"):
         run_level(mock_server.url + "/v1/completions", _payloads(2), float("inf"), 1, 0,
                   "wrong-key", False, None, "native")
+
+
+@pytest.mark.parametrize("client", ["native", "raw"])
+def test_clients_read_the_responses_api(mock_server: Server, client: str) -> None:
+    """The Responses API's named events: text deltas timed, usage from the last event; the
+    same prompts count the same input tokens as through chat completions."""
+    n = 6
+    prompts = [" ".join(["word"] * (3 + i)) for i in range(n)]
+    stats = {}
+    for endpoint in ("/v1/responses", "/v1/chat/completions"):
+        payloads = [build_payload(endpoint, MODEL, p, OUT_LEN, True) for p in prompts]
+        stats[endpoint] = run_level(mock_server.url + endpoint, payloads, float("inf"), 2, 0,
+                                    API_KEY, False, None, client)
+    s, chat = stats["/v1/responses"], stats["/v1/chat/completions"]
+    assert (s["completed"], s["failed"]) == (n, 0), s["errors"]
+    assert s["total_output_tokens"] == n * OUT_LEN
+    assert s["total_input_tokens"] == chat["total_input_tokens"] > 0
+    assert 1.0 <= s["ttft_ms"]["p50"] <= s["e2el_ms"]["p50"]

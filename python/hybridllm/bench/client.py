@@ -69,7 +69,10 @@ def build_payload(endpoint: str, model: str, prompt: str, output_len: int, ignor
         "model": model, "max_tokens": output_len, "stream": True,
         "stream_options": {"include_usage": True}, "temperature": 0.0,
     }
-    if endpoint.endswith("chat/completions"):
+    if endpoint.endswith("/responses"):  # the Responses API's names; usage comes anyway
+        body = {"model": model, "input": prompt, "max_output_tokens": output_len,
+                "stream": True, "temperature": 0.0}
+    elif endpoint.endswith("chat/completions"):
         body["messages"] = [{"role": "user", "content": prompt}]
     else:
         body["prompt"] = prompt
@@ -77,6 +80,10 @@ def build_payload(endpoint: str, model: str, prompt: str, output_len: int, ignor
         body["ignore_eos"] = True
     body |= extra or {}
     return json.dumps(body).encode()
+
+
+_DELTA = "response.output_text.delta"
+_DONE = ("response.completed", "response.incomplete")
 
 
 def _text_of(choice: dict) -> str:
@@ -108,11 +115,12 @@ class _EventStream:
             if event == b"[DONE]":
                 continue
             msg = orjson.loads(event)
-            if "error" in msg and "choices" not in msg:
-                res.error = f"stream error: {str(msg['error'])[:200]}"
+            kind = msg.get("type")  # the Responses API's named events
+            if "error" in msg and "choices" not in msg or kind == "error":
+                res.error = f"stream error: {str(msg.get('error') or msg)[:200]}"
                 return
             choices = msg.get("choices")
-            if choices and _text_of(choices[0]):
+            if choices and _text_of(choices[0]) or kind == _DELTA and msg.get("delta"):
                 self.chunks += 1
                 if self.last == 0.0:
                     res.ttft = now - self.start
@@ -123,6 +131,10 @@ class _EventStream:
             if usage:
                 res.prompt_tokens = usage.get("prompt_tokens", 0)
                 res.output_tokens = usage.get("completion_tokens", 0)
+            elif kind in _DONE:
+                usage = msg["response"]["usage"]
+                res.prompt_tokens, res.output_tokens = usage["input_tokens"], usage[
+                    "output_tokens"]
 
 
 async def send_request(session, url: str, payload: bytes) -> RequestResult:

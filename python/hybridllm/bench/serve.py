@@ -20,6 +20,7 @@ from hybridllm.bench.metrics import PERCENTILES, CpuMeter, RequestResult, poisso
 from hybridllm.bench.metrics import summarize as summarize_results
 
 BATCHING_TARGET = 4.0  # output tokens/s at concurrency 16 over concurrency 1
+ENDPOINTS = ["/v1/chat/completions", "/v1/completions", "/v1/responses"]
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -28,8 +29,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--base-url", default=None, help="e.g. http://127.0.0.1:8000")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--endpoint", default="/v1/chat/completions",
-                        choices=["/v1/chat/completions", "/v1/completions"])
+    parser.add_argument("--endpoint", default="/v1/chat/completions", choices=ENDPOINTS)
+    parser.add_argument("--compare-endpoint", default=None, choices=ENDPOINTS,
+                        help="Also send the same prompts here, alternating rounds with "
+                             "--endpoint, and print the two side by side (e.g. /v1/responses "
+                             "against /v1/chat/completions).")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="Alternating rounds per endpoint with --compare-endpoint "
+                             "(medians are reported).")
     parser.add_argument("--model", default=None, help="Served name (default: first of /v1/models).")
     parser.add_argument("--api-key", default=None)
     parser.add_argument("--result-json", default=None)
@@ -184,14 +191,15 @@ def batching_verdict(runs: list[dict]) -> dict | None:
     return {"ratio_c16_c1": ratio, "target": BATCHING_TARGET, "met": met}
 
 
-def make_payloads(args: argparse.Namespace, model: str) -> list[bytes]:
+def make_payloads(args: argparse.Namespace, model: str,
+                  endpoint: str | None = None) -> list[bytes]:
     from hybridllm.bench.client import build_payload
     from hybridllm.bench.datasets import load_tokenizer, random_prompts
 
     prompts = random_prompts(load_tokenizer(args.tokenizer), args.num_prompts, args.input_len,
                              args.seed)
-    return [build_payload(args.endpoint, model, p, args.output_len, args.ignore_eos)
-            for p in prompts]
+    return [build_payload(endpoint or args.endpoint, model, p, args.output_len,
+                          args.ignore_eos) for p in prompts]
 
 
 def sweep(args: argparse.Namespace, base_url: str, model: str,
@@ -212,6 +220,15 @@ def run(args: argparse.Namespace) -> int:
     model = args.model or first_model(base_url, args.api_key)
     print(f"bench serve: {base_url}{args.endpoint} model={model} prompts={args.num_prompts} "
           f"input={args.input_len} output={args.output_len} rate={args.request_rate}", flush=True)
+    if args.compare_endpoint:
+        from hybridllm.bench.endpoint_compare import compare
+
+        rows = compare(args, base_url, model)
+        if args.result_json:
+            with open(args.result_json, "w") as f:
+                json.dump({"compare": rows}, f, indent=2, default=str)
+        return 0 if all(r[e]["failed"] == 0 for r in rows for e in
+                        (args.endpoint, args.compare_endpoint)) else 1
     runs = sweep(args, base_url, model)
     if len(runs) > 1:
         print_sweep(runs)

@@ -64,6 +64,23 @@ struct Event {
     choices: Option<Vec<Choice>>,
     usage: Option<Usage>,
     error: Option<serde::de::IgnoredAny>,
+    /// The Responses API's named events: `response.output_text.delta` carries `delta`, the
+    /// last (`response.completed` / `.incomplete`) the response with its usage.
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    delta: Option<String>,
+    response: Option<ResponseObject>,
+}
+
+#[derive(Deserialize)]
+struct ResponseObject {
+    usage: Option<ResponseUsage>,
+}
+
+#[derive(Deserialize)]
+struct ResponseUsage {
+    input_tokens: u64,
+    output_tokens: u64,
 }
 
 #[derive(Deserialize)]
@@ -150,16 +167,19 @@ impl EventStream {
             Ok(m) => m,
             Err(e) => return self.fail(format!("bad event: {e}")),
         };
-        if msg.error.is_some() && msg.choices.is_none() {
+        let kind = msg.kind.as_deref();
+        if msg.error.is_some() && msg.choices.is_none() || kind == Some("error") {
             let text = String::from_utf8_lossy(event);
             return self.fail(format!("stream error: {}", truncate(&text, 200)));
         }
-        if msg
+        let choice_text = msg
             .choices
             .as_ref()
             .and_then(|c| c.first())
-            .is_some_and(Choice::has_text)
-        {
+            .is_some_and(Choice::has_text);
+        let delta_text = kind == Some("response.output_text.delta")
+            && msg.delta.as_deref().is_some_and(|d| !d.is_empty());
+        if choice_text || delta_text {
             self.chunks += 1;
             match self.last {
                 None => self.rec.ttft = (now - self.start).as_secs_f64(),
@@ -170,6 +190,10 @@ impl EventStream {
         if let Some(u) = msg.usage {
             self.rec.prompt_tokens = u.prompt_tokens;
             self.rec.output_tokens = u.completion_tokens;
+        }
+        if let Some(u) = msg.response.and_then(|r| r.usage) {
+            self.rec.prompt_tokens = u.input_tokens;
+            self.rec.output_tokens = u.output_tokens;
         }
     }
 
@@ -499,6 +523,28 @@ mod tests {
         assert_eq!(rec.error, "no generated text in the stream");
         let rec = run(b"data: {not json\n\n", 100);
         assert!(rec.error.starts_with("bad event: "), "{}", rec.error);
+    }
+
+    #[test]
+    fn responses_events_count() {
+        let events = [
+            r#"{"type":"response.created","sequence_number":0,"response":{"usage":null}}"#,
+            r#"{"type":"response.output_text.delta","sequence_number":1,"delta":""}"#,
+            r#"{"type":"response.output_text.delta","sequence_number":2,"delta":"a"}"#,
+            r#"{"type":"response.output_text.delta","sequence_number":3,"delta":"b"}"#,
+            r#"{"type":"response.completed","sequence_number":4,"response":{"usage":{"input_tokens":7,"output_tokens":3}}}"#,
+        ];
+        let rec = run(&body(&events, "\n"), 9);
+        assert!(rec.success, "{}", rec.error);
+        assert_eq!(
+            (rec.prompt_tokens, rec.output_tokens, rec.itl.len()),
+            (7, 3, 1)
+        );
+        let failed = run(
+            &body(&[events[0], r#"{"type":"error","message":"x"}"#], "\n"),
+            9,
+        );
+        assert!(!failed.success && failed.error.starts_with("stream error"));
     }
 
     #[test]
