@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Small versions of the serving benchmarks (about 1-2 minutes): `bench serve` and `bench
-# batching` against the real bundled model behind the Rust frontend, then `bench
+# Small versions of the serving benchmarks (about 1-2 minutes): `bench serve` (chat, then
+# /v1/responses against chat) and `bench batching` against the real bundled model behind the
+# Rust frontend, then `bench
 # frontend-overhead` (Rust vs Python frontend, mock engine), then `bench embed` (offline
 # embeddings vs sentence-transformers, 64 sentences; served /v1/embeddings, Rust vs Python,
 # mock pooling runner and real model). Figures are printed against their
@@ -26,6 +27,11 @@ echo "-- bench serve (real model, concurrency 1,4)"
 hybridllm bench serve --base-url "$url" --num-prompts 8 --max-concurrency 1,4 \
   --input-len 32 --output-len 8 --disable-tqdm \
   --result-json "$out/serve.json" --plot "$out/serve.png" | tail -n 6
+
+echo "-- bench serve /v1/responses vs /v1/chat/completions (real model, alternating rounds)"
+hybridllm bench serve --base-url "$url" --endpoint /v1/responses \
+  --compare-endpoint /v1/chat/completions --rounds 2 --num-prompts 8 --max-concurrency 4 \
+  --input-len 32 --output-len 8 --http-client native --disable-tqdm | tail -n 4
 
 echo "-- bench batching (real model, Rust frontend)"
 hybridllm bench batching --base-url "$url" --max-concurrency 1,4,16 --min-prompts 4 \
