@@ -5,26 +5,23 @@ Responses API within 5 % of chat completions)."""
 
 from __future__ import annotations
 
-import argparse
 import statistics
+from collections.abc import Callable
 
 TOLERANCE = 0.05  # /v1/responses vs /v1/chat/completions: requests/s and TTFT within 5 %
 
 
-def compare(args: argparse.Namespace, base_url: str, model: str) -> list[dict]:
-    from hybridllm.bench.serve import concurrency_levels, make_payloads, run_level
-
-    endpoints = [args.endpoint, args.compare_endpoint]
-    payloads = {e: make_payloads(args, model, e) for e in endpoints}
+def compare(endpoints: list[str], levels: list[int | None], rounds: int,
+            run_one: Callable[[str, int | None], dict]) -> list[dict]:
+    """Per concurrency level, `rounds` alternating runs of `run_one(endpoint, concurrency)`
+    (a `run_level` summary) on each endpoint; the medians, printed with their ratio."""
     rows = []
-    for conc in concurrency_levels(args.max_concurrency):
+    for conc in levels:
         runs: dict[str, list[dict]] = {e: [] for e in endpoints}
-        for _ in range(args.rounds):
+        for _ in range(rounds):
             for e in endpoints:
-                runs[e].append(run_level(base_url + e, payloads[e], args.request_rate, conc,
-                                         args.seed, args.api_key, not args.disable_tqdm,
-                                         None, args.http_client))
-        row = {"max_concurrency": conc, "rounds": args.rounds}
+                runs[e].append(run_one(e, conc))
+        row: dict = {"max_concurrency": conc, "rounds": rounds}
         for e in endpoints:
             row[e] = {"request_throughput": statistics.median(
                           r["request_throughput"] for r in runs[e]),

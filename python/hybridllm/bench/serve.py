@@ -223,7 +223,12 @@ def run(args: argparse.Namespace) -> int:
     if args.compare_endpoint:
         from hybridllm.bench.endpoint_compare import compare
 
-        rows = compare(args, base_url, model)
+        endpoints = [args.endpoint, args.compare_endpoint]
+        payloads = {e: make_payloads(args, model, e) for e in endpoints}
+        rows = compare(endpoints, concurrency_levels(args.max_concurrency), args.rounds,
+                       lambda e, conc: run_level(base_url + e, payloads[e], args.request_rate,
+                                                 conc, args.seed, args.api_key,
+                                                 not args.disable_tqdm, None, args.http_client))
         if args.result_json:
             with open(args.result_json, "w") as f:
                 json.dump({"compare": rows}, f, indent=2, default=str)

@@ -18,7 +18,11 @@ import urllib.request
 from typing import Any
 
 from hybridllm.config import EngineArgs
-from hybridllm.entrypoints.rust_frontend import add_frontend_args, frontend_options
+from hybridllm.entrypoints.rust_frontend import (
+    add_frontend_args,
+    exit_with_launcher,
+    frontend_options,
+)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -34,7 +38,63 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         help="Rust frontend runtime threads (default: half the CPUs, at least "
                              "1; the engine worker shares the machine).")
     add_frontend_args(parser)
+    add_parallel_args(parser)
     parser.set_defaults(func=run)
+
+
+def add_parallel_args(parser: argparse.ArgumentParser) -> None:
+    """vLLM's data-parallel flags, and the supervisor's health probe."""
+    parser.add_argument("--data-parallel-size", "-dp", type=int, default=1,
+                        help="Engine replicas; with --data-parallel-external-lb one complete "
+                             "server per rank on --port + rank.")
+    parser.add_argument("--data-parallel-external-lb", "--data-parallel-multi-port-external-lb",
+                        dest="data_parallel_external_lb", action="store_true",
+                        help="One server per rank behind your own load balancer, supervised "
+                             "by this process (aggregated /health on --supervisor-port).")
+    parser.add_argument("--data-parallel-rank", type=int, default=None,
+                        help="This server's rank (set by the supervisor for its children).")
+    parser.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
+    parser.add_argument("--supervisor-port", type=int, default=None,
+                        help="The supervisor's aggregated /health (default: --port + N).")
+    parser.add_argument("--health-probe-interval", type=float, default=1.0,
+                        help="Seconds between the supervisor's probes of each rank.")
+    parser.add_argument("--health-probe-timeout", type=float, default=2.0)
+    parser.add_argument("--health-failure-threshold", type=int, default=3,
+                        help="Consecutive failed probes after which a rank is dead and the "
+                             "supervisor stops every rank and exits non-zero.")
+
+
+class ServeModeError(ValueError):
+    pass
+
+
+def select_mode(args: argparse.Namespace) -> str:
+    """The one place that decides how `serve` runs: "rust" (the Rust frontend over a worker),
+    "dp-supervisor" (one server per data-parallel rank) or "python" (the fallback frontend).
+    Combinations that cannot work are refused, naming both flags."""
+    dp, tp = args.data_parallel_size, args.tensor_parallel_size
+    if dp < 1:
+        raise ServeModeError(f"--data-parallel-size must be at least 1, got {dp}")
+    if tp != 1:
+        raise ServeModeError(f"--tensor-parallel-size {tp}: tensor parallelism is not available "
+                             "in this version (only 1)")
+    if dp == 1:
+        return "rust" if args.rust_frontend else "python"
+    if not args.data_parallel_external_lb:
+        if args.rust_frontend:
+            raise ServeModeError(
+                f"--data-parallel-size {dp} with --rust-frontend alone (one frontend over "
+                f"{dp} workers) is not available in this version; add "
+                "--data-parallel-external-lb for one server per rank")
+        raise ServeModeError(f"--data-parallel-size {dp} needs --data-parallel-external-lb "
+                             "(one server per rank behind a load balancer)")
+    for flag, value in (("--connect-engine", args.connect_engine),
+                        ("--listen-fd", args.listen_fd),
+                        ("--data-parallel-rank", args.data_parallel_rank)):
+        if value is not None:
+            raise ServeModeError(f"--data-parallel-external-lb and {flag} cannot go together: "
+                                 "every rank starts its own engine and socket")
+    return "dp-supervisor"
 
 
 def check_chat_template(path: str | None) -> None:
@@ -53,11 +113,33 @@ def run(args: argparse.Namespace) -> int:
         print("hybridllm serve: --ssl-certfile and --ssl-keyfile go together", flush=True)
         return 2
     check_chat_template(args.chat_template)
-    if args.rust_frontend:
+    try:
+        mode = select_mode(args)
+    except ServeModeError as e:
+        print(f"hybridllm serve: {e}", flush=True)
+        return 2
+    print(f"hybridllm serve: mode {mode}" + ("" if args.data_parallel_rank is None else
+                                             f" (data-parallel rank {args.data_parallel_rank})"),
+          flush=True)
+    exit_with_launcher()  # a supervisor's rank leaves with it
+    if mode == "dp-supervisor":
+        return run_dp_supervisor(args)
+    if mode == "rust":
         return run_rust_frontend(args)
     from hybridllm.entrypoints.openai.api_server import run_python_server
 
     return run_python_server(args)
+
+
+def run_dp_supervisor(args: argparse.Namespace) -> int:
+    from hybridllm.entrypoints.dp_supervisor import DPSupervisor, HealthProbe
+
+    dp = args.data_parallel_size
+    probe = HealthProbe(args.health_probe_interval, args.health_probe_timeout,
+                        args.health_failure_threshold)
+    port = args.supervisor_port if args.supervisor_port is not None else args.port + dp
+    return DPSupervisor(args.raw_argv, dp, args.host, args.port, port, probe,
+                        args.shutdown_timeout, args.tensor_parallel_size).run()
 
 
 def worker_argv(args: argparse.Namespace, engine_address: str) -> list[str]:
