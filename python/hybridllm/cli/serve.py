@@ -58,7 +58,7 @@ def add_parallel_args(parser: argparse.ArgumentParser) -> None:
                         help="The supervisor's aggregated /health (default: --port + N).")
     parser.add_argument("--health-probe-interval", type=float, default=1.0,
                         help="Seconds between the supervisor's probes of each rank.")
-    parser.add_argument("--health-probe-timeout", type=float, default=2.0)
+    parser.add_argument("--health-probe-timeout", type=float, default=1.0)
     parser.add_argument("--health-failure-threshold", type=int, default=3,
                         help="Consecutive failed probes after which a rank is dead and the "
                              "supervisor stops every rank and exits non-zero.")

@@ -4,8 +4,8 @@ engine socket, its slice of the GPUs (or its share of the cores), output prefixe
 `[dp rank r]`, and a parent-death signal; an aggregated `/health` on the supervisor port.
 
 A rank that stops answering: `/health` is 503 naming it, and after `failure_threshold`
-consecutive failed probes the supervisor stops every rank and exits 1 (no silent restart).
-SIGTERM drains every rank."""
+consecutive failed probes (one per interval, each at most `timeout_s`) the supervisor stops
+every rank and exits 1 (no silent restart; vLLM's semantics). SIGTERM drains every rank."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ STOP_OTHERS_TIMEOUT_S = 5.0  # after a rank failed: how long the others get to s
 @dataclass
 class HealthProbe:
     interval_s: float = 1.0
-    timeout_s: float = 2.0
+    timeout_s: float = 1.0
     failure_threshold: int = 3
 
 
@@ -97,11 +97,14 @@ class DPSupervisor:
 
     def _probe(self, r: Rank) -> None:
         url = f"http://{_connect_host(self.host)}:{r.port}/health"
-        try:
-            with urllib.request.urlopen(url, timeout=self.probe.timeout_s) as resp:
-                ok, error = resp.status == 200, f"/health answered {resp.status}"
-        except OSError as e:
-            ok, error = False, f"/health failed: {e}"
+        if r.proc.poll() is not None:  # gone: no need to wait for a refused connection
+            ok, error = False, f"exited with status {r.proc.returncode}"
+        else:
+            try:
+                with urllib.request.urlopen(url, timeout=self.probe.timeout_s) as resp:
+                    ok, error = resp.status == 200, f"/health answered {resp.status}"
+            except OSError as e:
+                ok, error = False, f"/health failed: {e}"
         with self.lock:
             if ok:
                 r.started, r.healthy, r.failures, r.error = True, True, 0, ""
@@ -133,10 +136,11 @@ class DPSupervisor:
         try:
             with ThreadPoolExecutor(self.size) as pool:
                 while not self.stop.is_set() and failed is None:
-                    list(pool.map(self._probe, self.ranks))
+                    start = time.monotonic()
+                    list(pool.map(self._probe, self.ranks))  # each at most timeout_s
                     failed = self._failed_rank()
                     if failed is None:
-                        self.stop.wait(self.probe.interval_s)
+                        self.stop.wait(max(0.0, start + self.probe.interval_s - time.monotonic()))
             if failed is not None:
                 print(f"hybridllm: data-parallel rank {failed.rank} failed ({failed.error}); "
                       "stopping every rank", flush=True)
