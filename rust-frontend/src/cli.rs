@@ -25,9 +25,17 @@ pub struct ServeArgs {
     pub host: String,
     #[arg(long, default_value_t = 8000)]
     pub port: u16,
-    /// unix:///path/to.sock, host:port or http://host:port
-    #[arg(long, default_value = "unix:///tmp/hybridllm-engine.sock")]
-    pub engine_address: String,
+    /// unix:///path/to.sock, host:port or http://host:port; several (comma-separated or
+    /// repeated) for data parallelism: one engine worker each, requests routed among them
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "unix:///tmp/hybridllm-engine.sock"
+    )]
+    pub engine_address: Vec<String>,
+    /// How requests are spread over several engine workers
+    #[arg(long, value_enum, default_value = "least-load")]
+    pub routing: crate::engine_router::Routing,
     /// Serve options as JSON (see config.rs for the schema).
     #[arg(long, default_value = "{}")]
     pub args_json: String,

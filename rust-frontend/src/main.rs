@@ -6,6 +6,7 @@ mod cors;
 mod engine;
 mod engine_client;
 mod engine_mux;
+mod engine_router;
 mod errors;
 mod http_server;
 mod limits;

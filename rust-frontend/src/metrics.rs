@@ -3,8 +3,8 @@
 //! finish reasons are observed here, per request.
 use crate::engine_client::{pb, EngineClient};
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
-    TextEncoder,
+    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 use std::sync::Mutex;
 use std::time::Duration;
@@ -25,6 +25,27 @@ pub struct Metrics {
     pub itl: Histogram,
     pub e2e: Histogram,
     pub queue_time: Histogram,
+    /// Per engine worker (data parallelism): requests routed, outstanding tokens.
+    pub worker_requests: IntCounterVec,
+    pub worker_outstanding_tokens: IntGaugeVec,
+}
+
+fn sum_loads(loads: &[pb::LoadResponse]) -> pb::LoadResponse {
+    let mut total = pb::LoadResponse::default();
+    for l in loads {
+        total.num_running += l.num_running;
+        total.num_waiting += l.num_waiting;
+        total.kv_cache_usage += l.kv_cache_usage / loads.len() as f32;
+        total.prompt_tokens_total += l.prompt_tokens_total;
+        total.generation_tokens_total += l.generation_tokens_total;
+        total.prefix_cache_queries_total += l.prefix_cache_queries_total;
+        total.prefix_cache_hits_total += l.prefix_cache_hits_total;
+        total.num_preemptions_total += l.num_preemptions_total;
+        total.num_free_blocks += l.num_free_blocks;
+        total.num_total_blocks += l.num_total_blocks;
+        total.requests_finished_total += l.requests_finished_total;
+    }
+    total
 }
 
 fn hist(name: &str, help: &str, buckets: Vec<f64>) -> Histogram {
@@ -139,6 +160,26 @@ impl Metrics {
         registry.register(Box::new(itl.clone())).ok();
         registry.register(Box::new(e2e.clone())).ok();
         registry.register(Box::new(queue_time.clone())).ok();
+        let worker_requests = IntCounterVec::new(
+            Opts::new(
+                "hybridllm:worker_requests_total",
+                "Requests routed to each engine worker.",
+            ),
+            &["worker"],
+        )
+        .expect("valid counter");
+        let worker_outstanding_tokens = IntGaugeVec::new(
+            Opts::new(
+                "hybridllm:worker_outstanding_tokens",
+                "Prompt and maximum output tokens of the requests each engine worker runs.",
+            ),
+            &["worker"],
+        )
+        .expect("valid gauge");
+        registry.register(Box::new(worker_requests.clone())).ok();
+        registry
+            .register(Box::new(worker_outstanding_tokens.clone()))
+            .ok();
         let n = engine_counters.len();
         Metrics {
             registry,
@@ -153,6 +194,8 @@ impl Metrics {
             itl,
             e2e,
             queue_time,
+            worker_requests,
+            worker_outstanding_tokens,
         }
     }
 
@@ -172,11 +215,23 @@ impl Metrics {
         }
     }
 
-    pub async fn render(&self, client: &EngineClient) -> String {
-        let mut client = client.clone();
-        let call = client.get_load(pb::LoadRequest {});
-        match tokio::time::timeout(Duration::from_secs(2), call).await {
-            Ok(Ok(load)) => self.apply_load(&load.into_inner()),
+    /// Scheduler gauges and engine counters summed over the workers (KV-cache usage
+    /// averaged); if any worker does not answer, the last figures stay.
+    pub async fn render(&self, clients: &[EngineClient]) -> String {
+        let calls = clients.iter().map(|c| async move {
+            let mut client = c.clone();
+            let call = client.get_load(pb::LoadRequest {});
+            match tokio::time::timeout(Duration::from_secs(2), call).await {
+                Ok(Ok(load)) => Some(load.into_inner()),
+                _ => None,
+            }
+        });
+        let loads: Option<Vec<_>> = futures_util::future::join_all(calls)
+            .await
+            .into_iter()
+            .collect();
+        match loads {
+            Some(loads) if !loads.is_empty() => self.apply_load(&sum_loads(&loads)),
             _ => tracing::debug!("GetLoad failed; serving stale scheduler metrics"),
         }
         let mut buf = Vec::new();

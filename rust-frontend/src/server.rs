@@ -5,6 +5,7 @@ use crate::cli::ServeArgs;
 use crate::config::ServeConfig;
 use crate::engine_client;
 use crate::engine_mux::EngineMux;
+use crate::engine_router::{EngineRouter, Worker};
 use crate::errors::ApiError;
 use crate::http_server;
 use crate::metrics::Metrics;
@@ -51,9 +52,34 @@ pub async fn build_state(args: &ServeArgs) -> anyhow::Result<Arc<AppState>> {
         }
         None => None,
     };
-    let engine = engine_client::connect(&args.engine_address)?;
+    let clients = args
+        .engine_address
+        .iter()
+        .map(|a| engine_client::connect(a))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let timeout = Duration::from_secs_f64(config.engine_connect_timeout_s.max(0.0));
-    let info = engine_client::model_info(&engine, timeout).await?;
+    let infos = futures_util::future::try_join_all(
+        clients
+            .iter()
+            .map(|c| engine_client::model_info(c, timeout)),
+    )
+    .await?;
+    let info = infos[0].clone();
+    // Data parallelism: replicas of one model, or requests would answer differently.
+    if let Some((i, other)) = infos.iter().enumerate().find(|(_, o)| {
+        (&o.model_path, o.vocab_size, o.max_model_len, o.kind)
+            != (
+                &info.model_path,
+                info.vocab_size,
+                info.max_model_len,
+                info.kind,
+            )
+    }) {
+        anyhow::bail!(
+            "engine worker {i} ({}) serves {} (max_model_len {}), worker 0 serves {} (max_model_len {}): data-parallel workers must serve the same model",
+            args.engine_address[i], other.model_path, other.max_model_len, info.model_path, info.max_model_len
+        );
+    }
     let tok_path = config
         .tokenizer_path
         .clone()
@@ -79,17 +105,35 @@ pub async fn build_state(args: &ServeArgs) -> anyhow::Result<Arc<AppState>> {
     let vocab_size = (info.vocab_size as usize).max(tokenizer.vocab_size());
     tracing::info!(model = %served_names[0], max_model_len, "engine ready");
     let responses = crate::response_store::ResponseStore::new(config.responses_store_size);
+    let metrics = Metrics::new();
+    let workers = clients
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let label = i.to_string();
+            Worker {
+                mux: EngineMux::new(c.clone()),
+                load: metrics
+                    .worker_outstanding_tokens
+                    .with_label_values(&[&label]),
+                routed: metrics.worker_requests.with_label_values(&[&label]),
+            }
+        })
+        .collect();
+    if clients.len() > 1 {
+        tracing::info!(workers = clients.len(), routing = ?args.routing, "data parallel");
+    }
     Ok(Arc::new(AppState {
         config,
-        engine: Arc::new(EngineMux::new(engine.clone())),
-        engine_client: engine,
+        engine: Arc::new(EngineRouter::new(workers, args.routing)),
+        engine_clients: clients,
         tokenizer: Arc::new(tokenizer),
         template,
         model_info: info,
         served_names,
         max_model_len,
         vocab_size,
-        metrics: Metrics::new(),
+        metrics,
         responses,
         created: openai::response::now(),
     }))

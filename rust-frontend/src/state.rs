@@ -11,10 +11,10 @@ use std::sync::Arc;
 
 pub struct AppState {
     pub config: ServeConfig,
-    /// Generate requests (in production all on one GenerateStream call: `EngineMux`).
+    /// Generate requests (in production `EngineRouter`: one GenerateStream call per worker).
     pub engine: Arc<dyn Engine>,
-    /// Health and GetLoad, for /health and /metrics.
-    pub engine_client: EngineClient,
+    /// Health and GetLoad of each engine worker, for /health and /metrics.
+    pub engine_clients: Vec<EngineClient>,
     pub tokenizer: Arc<Tokenizer>,
     pub template: Option<ChatTemplate>,
     pub model_info: pb::ModelInfo,

@@ -268,7 +268,7 @@ pub fn state(engine: Arc<FakeEngine>) -> Arc<AppState> {
         config,
         engine,
         // Never called by these tests; lazy, so nothing connects.
-        engine_client: crate::engine_client::connect("http://127.0.0.1:1").unwrap(),
+        engine_clients: vec![crate::engine_client::connect("http://127.0.0.1:1").unwrap()],
         tokenizer: Arc::new(tokenizer),
         template: Some(ChatTemplate::compile(TEMPLATE).unwrap()),
         model_info: pb::ModelInfo {

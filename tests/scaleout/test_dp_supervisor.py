@@ -152,9 +152,10 @@ def test_sigterm_drains_every_rank(supervised: Supervised) -> None:
 
 @pytest.mark.parametrize(("flags", "message"), [
     (["--data-parallel-size", "2"],
-     "--data-parallel-size 2 needs --data-parallel-external-lb"),
-    (["--data-parallel-size", "2", "--rust-frontend"],
-     "--data-parallel-size 2 with --rust-frontend alone"),
+     "--data-parallel-size 2 needs --rust-frontend (one frontend over N workers) or "
+     "--data-parallel-external-lb"),
+    (["--data-parallel-size", "2", "--rust-frontend", "--connect-engine", "unix:///x"],
+     "--data-parallel-size 2 and --connect-engine cannot go together"),
     (["-dp", "2", "--data-parallel-multi-port-external-lb", "--connect-engine", "unix:///x"],
      "--data-parallel-external-lb and --connect-engine cannot go together"),
     (["-dp", "0"], "--data-parallel-size must be at least 1, got 0"),

@@ -53,6 +53,11 @@ def add_parallel_args(parser: argparse.ArgumentParser) -> None:
                              "by this process (aggregated /health on --supervisor-port).")
     parser.add_argument("--data-parallel-rank", type=int, default=None,
                         help="This server's rank (set by the supervisor for its children).")
+    parser.add_argument("--routing", choices=["least-load", "prefix"], default="least-load",
+                        help="With --rust-frontend and --data-parallel-size N: send each "
+                             "request to the worker with the fewest outstanding tokens, or "
+                             "(prefix) to the one that served the longest matching prompt "
+                             "prefix unless it is much busier.")
     parser.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
     parser.add_argument("--supervisor-port", type=int, default=None,
                         help="The supervisor's aggregated /health (default: --port + N).")
@@ -81,13 +86,14 @@ def select_mode(args: argparse.Namespace) -> str:
     if dp == 1:
         return "rust" if args.rust_frontend else "python"
     if not args.data_parallel_external_lb:
-        if args.rust_frontend:
-            raise ServeModeError(
-                f"--data-parallel-size {dp} with --rust-frontend alone (one frontend over "
-                f"{dp} workers) is not available in this version; add "
-                "--data-parallel-external-lb for one server per rank")
-        raise ServeModeError(f"--data-parallel-size {dp} needs --data-parallel-external-lb "
-                             "(one server per rank behind a load balancer)")
+        if not args.rust_frontend:
+            raise ServeModeError(f"--data-parallel-size {dp} needs --rust-frontend (one "
+                                 "frontend over N workers) or --data-parallel-external-lb (one "
+                                 "server per rank behind a load balancer)")
+        if args.connect_engine is not None:
+            raise ServeModeError(f"--data-parallel-size {dp} and --connect-engine cannot go "
+                                 "together: the frontend starts its own workers")
+        return "rust"
     for flag, value in (("--connect-engine", args.connect_engine),
                         ("--listen-fd", args.listen_fd),
                         ("--data-parallel-rank", args.data_parallel_rank)):
@@ -169,36 +175,59 @@ def run_rust_frontend(args: argparse.Namespace) -> int:
     from hybridllm.server.grpc_client import wait_until_serving
 
     sock = bind_listen_socket(args.host, args.port)  # the port is reserved from here on
-    engine_address = "unix://" + os.path.join(tempfile.mkdtemp(prefix="hybridllm-"), "engine.sock")
+    n = args.data_parallel_size
+    folder = tempfile.mkdtemp(prefix="hybridllm-")
+    addresses = ["unix://" + os.path.join(folder, "engine.sock" if n == 1 else f"engine-{r}.sock")
+                 for r in range(n)]
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    # The worker needs no API key: not even in its environment.
-    worker = spawn(worker_argv(args, engine_address),
-                   env={k: v for k, v in os.environ.items() if k != "HYBRIDLLM_API_KEY"})
+    workers = [spawn(worker_argv(args, a), env=_worker_env(r, n, args.tensor_parallel_size))
+               for r, a in enumerate(addresses)]
     options = frontend_options(args)
     if options.chat_template:
         options.chat_template = os.path.abspath(options.chat_template)
-    frontend = RustFrontendProcessManager(sock, engine_address, options,
-                                          threads=args.frontend_threads)
+    frontend = RustFrontendProcessManager(sock, addresses, options,
+                                          threads=args.frontend_threads, routing=args.routing)
     try:
-        if not wait_until_serving(engine_address, worker, stop):
-            return 0 if stop.is_set() else _died("engine worker", worker.returncode)
+        for r, (a, w) in enumerate(zip(addresses, workers)):
+            if not wait_until_serving(a, w, stop):
+                return 0 if stop.is_set() else _died(_name(r, n), w.returncode)
         frontend.start()
         url = f"{'https' if args.ssl_certfile else 'http'}://{args.host}:{args.port}"
         if _wait_http_ready(url, frontend, stop):
-            print(f"hybridllm: serving {url} (Rust frontend)", flush=True)
+            more = "" if n == 1 else f", {n} engine workers, routing {args.routing}"
+            print(f"hybridllm: serving {url} (Rust frontend{more})", flush=True)
         while not stop.is_set():
-            if worker.poll() is not None:
-                return _died("engine worker", worker.returncode)
+            for r, w in enumerate(workers):
+                if w.poll() is not None:
+                    return _died(_name(r, n), w.returncode)
             if frontend.poll() is not None:
                 return _died("Rust frontend", frontend.poll())
             stop.wait(0.5)
         return 0
     finally:
         frontend.stop(timeout=args.shutdown_timeout + 5)
-        terminate(worker, timeout=args.shutdown_timeout + 5)
+        for w in workers:  # all at once: they drain in parallel
+            if w.poll() is None:
+                w.send_signal(signal.SIGTERM)
+        for w in workers:
+            terminate(w, timeout=args.shutdown_timeout + 5)
         sock.close()
+
+
+def _name(rank: int, n: int) -> str:
+    return "engine worker" if n == 1 else f"engine worker {rank}"
+
+
+def _worker_env(rank: int, n: int, tp: int) -> dict[str, str]:
+    """The worker needs no API key: not even in its environment. With several workers each
+    gets its slice of the GPUs and its share of the cores."""
+    from hybridllm.entrypoints.dp_supervisor import rank_env
+
+    env = rank_env(rank, n, tp) if n > 1 else dict(os.environ)
+    env.pop("HYBRIDLLM_API_KEY", None)
+    return env
 
 
 def _died(what: str, code: int | None) -> int:

@@ -226,10 +226,14 @@ def spawn(argv: list[str], pass_fds: tuple[int, ...] = (),
 class RustFrontendProcessManager:
     """Owns the frontend child: start it on the inherited socket, watch it, stop it."""
 
-    def __init__(self, sock: socket.socket, engine_address: str,
-                 serve_options: ServeOptions, threads: int | None = None) -> None:
+    def __init__(self, sock: socket.socket, engine_address: str | list[str],
+                 serve_options: ServeOptions, threads: int | None = None,
+                 routing: str = "least-load") -> None:
         self.sock = sock
-        self.engine_address = engine_address
+        # Several: data parallelism, the frontend routes among the workers (--routing).
+        self.engine_address = (engine_address if isinstance(engine_address, str)
+                               else ",".join(engine_address))
+        self.routing = routing
         self.serve_options = serve_options
         self.threads = threads
         self.proc: subprocess.Popen[bytes] | None = None
@@ -244,6 +248,7 @@ class RustFrontendProcessManager:
             "--listen-fd", str(fd),
             "--engine-address", self.engine_address,
             "--args-json", json.dumps(options),
+            "--routing", self.routing,
         ]
         if self.threads:
             argv += ["--worker-threads", str(self.threads)]

@@ -48,14 +48,22 @@ pub async fn models(State(state): State<Arc<AppState>>) -> Response {
 }
 
 /// 200 with an empty body while the worker reports SERVING, else 503.
+/// 200 when every engine worker is serving.
 pub async fn health(State(state): State<Arc<AppState>>) -> StatusCode {
-    let mut client = state.engine_client.clone();
-    let call = client.health(pb::HealthRequest {});
-    match tokio::time::timeout(Duration::from_secs(5), call).await {
-        Ok(Ok(r)) if r.get_ref().status == pb::health_response::Status::Serving as i32 => {
-            StatusCode::OK
-        }
-        _ => StatusCode::SERVICE_UNAVAILABLE,
+    let checks = state.engine_clients.iter().map(|c| async move {
+        let mut client = c.clone();
+        let call = client.health(pb::HealthRequest {});
+        matches!(tokio::time::timeout(Duration::from_secs(5), call).await,
+            Ok(Ok(r)) if r.get_ref().status == pb::health_response::Status::Serving as i32)
+    });
+    if futures_util::future::join_all(checks)
+        .await
+        .into_iter()
+        .all(|ok| ok)
+    {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
     }
 }
 
@@ -64,7 +72,7 @@ pub async fn version() -> Response {
 }
 
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
-    let text = state.metrics.render(&state.engine_client).await;
+    let text = state.metrics.render(&state.engine_clients).await;
     (
         [(
             header::CONTENT_TYPE,

@@ -1,0 +1,213 @@
+//! Data parallelism inside one frontend: N engine workers, each behind its own `EngineMux`
+//! (one GenerateStream call each), and a request routed to the worker with the fewest
+//! outstanding tokens (prompt + max_tokens of the requests it is running). With
+//! `--routing prefix` a request goes to the worker that last served the longest matching
+//! prompt prefix (hashes of its first blocks, as SGLang's cache-aware router keeps them), so
+//! that worker's prefix cache hits, unless that worker is much busier than the least loaded.
+use crate::engine::{EmbedResult, Engine, ResponseStream};
+use crate::engine_client::pb;
+use crate::engine_mux::EngineMux;
+use futures_util::future::BoxFuture;
+use futures_util::StreamExt;
+use lru::LruCache;
+use prometheus::{IntCounter, IntGauge};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::num::NonZeroUsize;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+/// Prompt tokens per hashed block (the KV cache's block size).
+const BLOCK: usize = 16;
+/// Blocks hashed per prompt: prefixes beyond 1,024 tokens route like their first 1,024.
+const MAX_BLOCKS: usize = 64;
+/// Block hashes remembered (least recently used forgotten first).
+const PREFIXES: usize = 1 << 16;
+/// A prefix match wins while its worker's load is at most 2x the least loaded's plus this
+/// many tokens; beyond that, load wins (one hot prefix must not pile onto one worker).
+const PREFIX_SLACK_TOKENS: i64 = 4096;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Routing {
+    /// The worker with the fewest outstanding tokens.
+    LeastLoad,
+    /// The worker that served the longest matching prompt prefix, unless it is overloaded.
+    Prefix,
+}
+
+pub struct Worker {
+    pub mux: EngineMux,
+    /// Outstanding tokens (`hybridllm:worker_outstanding_tokens{worker}`).
+    pub load: IntGauge,
+    /// Requests routed here (`hybridllm:worker_requests_total{worker}`).
+    pub routed: IntCounter,
+}
+
+pub struct EngineRouter {
+    workers: Vec<Worker>,
+    routing: Routing,
+    prefixes: Mutex<LruCache<u64, usize>>,
+    /// Rotates the first worker looked at, so equal loads take turns.
+    next: AtomicUsize,
+}
+
+/// Gives back a request's tokens when its stream or future is dropped, however it ended.
+struct Reservation {
+    load: IntGauge,
+    cost: i64,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.load.sub(self.cost);
+    }
+}
+
+/// Chained hashes of the prompt's full blocks: block i's hash covers blocks 0..=i.
+fn block_hashes(prompt: &[u32]) -> Vec<u64> {
+    let mut h = DefaultHasher::new();
+    prompt
+        .chunks_exact(BLOCK)
+        .take(MAX_BLOCKS)
+        .map(|b| {
+            b.hash(&mut h);
+            h.finish()
+        })
+        .collect()
+}
+
+impl EngineRouter {
+    pub fn new(workers: Vec<Worker>, routing: Routing) -> Self {
+        assert!(!workers.is_empty(), "at least one engine worker");
+        EngineRouter {
+            workers,
+            routing,
+            prefixes: Mutex::new(LruCache::new(NonZeroUsize::new(PREFIXES).expect("nonzero"))),
+            next: AtomicUsize::new(0),
+        }
+    }
+
+    fn least_loaded(&self) -> usize {
+        let n = self.workers.len();
+        let start = self.next.fetch_add(1, Ordering::Relaxed) % n;
+        (0..n)
+            .map(|k| (start + k) % n)
+            .min_by_key(|&i| self.workers[i].load.get())
+            .unwrap_or(0)
+    }
+
+    /// The worker for a prompt (see the module comment).
+    pub fn pick(&self, prompt: &[u32]) -> usize {
+        let least = self.least_loaded();
+        if self.routing == Routing::LeastLoad || self.workers.len() == 1 {
+            return least;
+        }
+        let hashes = block_hashes(prompt);
+        let mut map = self.prefixes.lock().unwrap_or_else(|e| e.into_inner());
+        let hit = hashes.iter().rev().find_map(|h| map.get(h).copied());
+        let limit = 2 * self.workers[least].load.get() + PREFIX_SLACK_TOKENS;
+        let choice = match hit {
+            Some(w) if w < self.workers.len() && self.workers[w].load.get() <= limit => w,
+            _ => least,
+        };
+        for h in hashes {
+            map.put(h, choice);
+        }
+        choice
+    }
+
+    fn reserve(&self, i: usize, cost: usize) -> Reservation {
+        let w = &self.workers[i];
+        let cost = cost as i64;
+        w.load.add(cost);
+        w.routed.inc();
+        Reservation {
+            load: w.load.clone(),
+            cost,
+        }
+    }
+}
+
+impl Engine for EngineRouter {
+    fn generate(&self, req: pb::GenerateRequest) -> ResponseStream {
+        let i = self.pick(&req.prompt_token_ids);
+        let max_tokens = req
+            .sampling_params
+            .as_ref()
+            .and_then(|s| s.max_tokens)
+            .unwrap_or(0) as usize;
+        let n = req
+            .sampling_params
+            .as_ref()
+            .and_then(|s| s.n)
+            .unwrap_or(1)
+            .max(1) as usize;
+        let guard = self.reserve(i, req.prompt_token_ids.len() + n * max_tokens);
+        let stream = self.workers[i].mux.generate(req);
+        Box::pin(stream.map(move |r| {
+            let _held = &guard;
+            r
+        }))
+    }
+
+    fn embed(&self, req: pb::EmbedRequest) -> BoxFuture<'static, EmbedResult> {
+        let first = req.inputs.first().map_or(&[][..], |x| &x.token_ids[..]);
+        let i = self.pick(first);
+        let cost = req.inputs.iter().map(|x| x.token_ids.len()).sum();
+        let guard = self.reserve(i, cost);
+        let fut = self.workers[i].mux.embed(req);
+        Box::pin(async move {
+            let out = fut.await;
+            drop(guard);
+            out
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn router(n: usize, routing: Routing) -> EngineRouter {
+        let workers = (0..n)
+            .map(|i| Worker {
+                mux: EngineMux::new(crate::engine_client::connect("http://127.0.0.1:1").unwrap()),
+                load: IntGauge::new(format!("load{i}"), "l").unwrap(),
+                routed: IntCounter::new(format!("routed{i}"), "r").unwrap(),
+            })
+            .collect();
+        EngineRouter::new(workers, routing)
+    }
+
+    #[tokio::test]
+    async fn least_load_spreads_and_reservations_return() {
+        let r = router(2, Routing::LeastLoad);
+        let a = r.pick(&[1; 40]);
+        let ga = r.reserve(a, 100);
+        let b = r.pick(&[1; 40]);
+        assert_ne!(a, b, "the idle worker takes the next request");
+        let gb = r.reserve(b, 50);
+        assert_eq!(r.pick(&[2; 8]), b, "fewest outstanding tokens");
+        drop(ga);
+        drop(gb);
+        assert_eq!(r.workers[0].load.get() + r.workers[1].load.get(), 0);
+    }
+
+    #[tokio::test]
+    async fn prefix_routing_follows_the_longest_prefix_unless_overloaded() {
+        let r = router(2, Routing::Prefix);
+        let shared: Vec<u32> = (0..64).collect();
+        let first = r.pick(&shared);
+        let _busy = r.reserve(first, 1000);
+        let mut other = shared.clone();
+        other.extend([7; 20]);
+        assert_eq!(
+            r.pick(&other),
+            first,
+            "a longer prompt with the same prefix"
+        );
+        let _hot = r.reserve(first, 10_000);
+        assert_ne!(r.pick(&shared), first, "overloaded: load wins");
+        assert_eq!(block_hashes(&[0; 15]), Vec::<u64>::new());
+        assert_eq!(block_hashes(&shared).len(), 4);
+    }
+}

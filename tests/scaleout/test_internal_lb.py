@@ -1,0 +1,115 @@
+"""Data parallelism inside one Rust frontend: `hybridllm serve --rust-frontend -dp 2` starts
+two engine workers and routes each request to one of them. 40 concurrent requests use both
+(per-worker metrics) and answer exactly as one worker does; with --routing prefix, requests
+sharing a long prefix stay on one worker and hit its prefix cache; killing a worker ends its
+requests with errors, never a hang, and serve exits non-zero."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import Server, alive, child_pids, start_serve, stop_serve
+
+PROMPTS = [f"Write one word about the number {i}." for i in range(40)]
+SHARED = "You are a helpful assistant. " * 30  # ~200 tokens, 12+ full blocks
+
+
+def _worker_requests(url: str) -> dict[str, float]:
+    text = httpx.get(url + "/metrics", timeout=10).text
+    found = re.findall(r'^hybridllm:worker_requests_total\{worker="(\d+)"\} (\S+)$', text, re.M)
+    return {w: float(v) for w, v in found}
+
+
+def _complete(url: str, prompt: str, max_tokens: int = 6) -> httpx.Response:
+    return httpx.post(url + "/v1/completions", timeout=120, json={
+        "prompt": prompt, "max_tokens": max_tokens, "temperature": 0})
+
+
+def _texts(url: str, prompts: list[str]) -> list[str]:
+    with ThreadPoolExecutor(40) as pool:
+        answers = list(pool.map(lambda p: _complete(url, p), prompts))
+    assert all(a.status_code == 200 for a in answers), [a.text for a in answers][:2]
+    return [a.json()["choices"][0]["text"] for a in answers]
+
+
+@pytest.fixture(scope="module")
+def one(model_path: Path, tmp_path_factory) -> Iterator[Server]:
+    srv = start_serve(model_path, tmp_path_factory.mktemp("dp1"), "--max-model-len", "512")
+    yield srv
+    assert stop_serve(srv) == 0
+
+
+def _two(model_path: Path, tmp: Path, *flags: str) -> Server:
+    return start_serve(model_path, tmp, "--max-model-len", "512", "--data-parallel-size", "2",
+                       *flags)
+
+
+def test_two_workers_share_the_load_and_answer_alike(one: Server, model_path: Path,
+                                                     tmp_path: Path) -> None:
+    expected = _texts(one.url, PROMPTS)
+    two = _two(model_path, tmp_path)
+    try:
+        assert _texts(two.url, PROMPTS) == expected
+        routed = _worker_requests(two.url)
+        assert set(routed) == {"0", "1"} and sum(routed.values()) == len(PROMPTS), routed
+        assert min(routed.values()) > 0, routed
+        print(f"\n40 concurrent requests over 2 workers: {routed}")
+    finally:
+        assert stop_serve(two) == 0
+
+
+def test_prefix_routing_keeps_a_prefix_on_one_worker(model_path: Path, tmp_path: Path) -> None:
+    two = _two(model_path, tmp_path, "--routing", "prefix")
+    try:
+        prompts = [SHARED + f"Question {i}: what is {i} + {i}?" for i in range(6)]
+        ids = [httpx.post(two.url + "/tokenize", json={"prompt": p}).json()["tokens"]
+               for p in prompts]
+        common = min(next(k for k, (a, b) in enumerate(zip(ids[0], x)) if a != b)
+                      for x in ids[1:])
+        cached = []
+        for p in prompts:
+            r = _complete(two.url, p, 2)
+            assert r.status_code == 200, r.text
+            cached.append(r.json()["usage"]["prompt_tokens_details"]["cached_tokens"])
+        routed = _worker_requests(two.url)
+        assert sorted(routed.values()) == [0.0, 6.0], routed
+        # Every full block of the shared prefix is a hit once the first request filled it.
+        assert cached == [0] + [common // 16 * 16] * 5, (cached, common)
+        assert common >= 160
+    finally:
+        assert stop_serve(two) == 0
+
+
+def test_a_dead_worker_gives_errors_not_hangs(model_path: Path, tmp_path: Path) -> None:
+    two = _two(model_path, tmp_path)
+    everything = [two.proc.pid]
+    for p in child_pids(two.proc.pid):
+        everything += [p, *child_pids(p)]
+    workers = [p for p in child_pids(two.proc.pid)
+               if b"worker" in Path(f"/proc/{p}/cmdline").read_bytes()]
+    assert len(workers) == 2
+    with ThreadPoolExecutor(8) as pool:
+        futures = [pool.submit(_complete, two.url, p, 200) for p in PROMPTS[:8]]
+        time.sleep(1.0)
+        os.kill(workers[1], signal.SIGKILL)
+        start = time.monotonic()
+        answers = []
+        for f in futures:
+            try:
+                answers.append(f.result(timeout=60).status_code)
+            except httpx.HTTPError as e:  # the frontend went away with the serve process
+                answers.append(type(e).__name__)
+    assert time.monotonic() - start < 60
+    assert any(a != 200 for a in answers), answers  # the dead worker's requests failed
+    assert two.proc.wait(timeout=30) != 0
+    time.sleep(0.5)
+    assert [p for p in everything if alive(p)] == []
