@@ -62,6 +62,7 @@ pub fn table() -> Vec<Route> {
         route(Method::GET, "/v1/models", get(openai::models::models)),
         route(Method::GET, "/health", get(openai::models::health)),
         route(Method::GET, "/version", get(openai::models::version)),
+        route(Method::GET, "/openapi.json", get(openai::models::openapi)),
         route(Method::GET, "/metrics", get(openai::models::metrics)),
         route(Method::POST, "/tokenize", post(openai::models::tokenize)),
         route(

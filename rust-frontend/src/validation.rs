@@ -156,7 +156,9 @@ impl SamplingRequest {
             (None, None) => None,
         };
         let min_tokens = self.min_tokens.unwrap_or(0);
-        if min_tokens < 0 || max_tokens.is_some_and(|m| min_tokens > m as i64) {
+        // Without max_tokens the bound is the wire type's (u32), never a silent wrap.
+        let most = max_tokens.unwrap_or(u32::MAX) as i64;
+        if !(0..=most).contains(&min_tokens) {
             return Err(ApiError::bad_param(
                 "min_tokens",
                 format!("min_tokens must be in [0, max_tokens], got {min_tokens}."),
@@ -321,6 +323,13 @@ mod tests {
         assert!(req(serde_json::json!({"max_tokens": 0}))
             .validate(None, 100)
             .is_err());
+        let e = req(serde_json::json!({"min_tokens": 11257324413i64}))
+            .validate(None, 100)
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "min_tokens must be in [0, max_tokens], got 11257324413."
+        );
         assert!(req(serde_json::json!({})).validate(Some(21), 100).is_err());
         assert!(req(serde_json::json!({"logit_bias": {"100": 1.0}}))
             .validate(None, 100)

@@ -103,6 +103,9 @@ CASES: list[tuple[str, str | bytes, int, str | Foreign | None]] = [
     (C, '{"messages":' + HI + ',"max_tokens":0}', 400, None),
     (C, '{"messages":' + HI + ',"max_completion_tokens":-1}', 400, None),
     (C, '{"messages":' + HI + ',"max_tokens":2,"min_tokens":3}', 400, None),
+    # Found by schemathesis: beyond the wire type's u32 (was a 500 / a silent wrap).
+    (P, '{"prompt":"hi","min_tokens":11257324413}', 400,
+     "min_tokens must be in [0, max_tokens], got 11257324413."),
     (C, '{"messages":' + HI + ',"logprobs":true,"top_logprobs":21}', 400, None),
     (C, '{"messages":' + HI + ',"top_logprobs":2}', 400, None),
     (C, '{"messages":' + HI + ',"prompt_logprobs":-1}', 400, None),

@@ -1,4 +1,4 @@
-//! GET /v1/models, /health, /version, /metrics and POST /tokenize, /detokenize.
+//! GET /v1/models, /health, /version, /metrics, /openapi.json and POST /tokenize, /detokenize.
 use super::prompt::{render_prompt, tokenize as encode, TemplateArgs};
 use super::request::{check_model, field_error, FieldError, JsonBody, RequestBody};
 use super::response::new_id;
@@ -69,6 +69,14 @@ pub async fn health(State(state): State<Arc<AppState>>) -> StatusCode {
 
 pub async fn version() -> Response {
     axum::Json(json!({"version": env!("CARGO_PKG_VERSION")})).into_response()
+}
+
+/// The OpenAPI 3 document of every route, shared with the Python frontend (one file, so the
+/// two cannot describe different APIs; a test checks it against both route tables).
+pub const OPENAPI: &str = include_str!("../../../python/hybridllm/entrypoints/openai/openapi.json");
+
+pub async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
 }
 
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {

@@ -1,9 +1,11 @@
-"""GET /v1/models, /health, /version, /metrics and POST /tokenize, /detokenize (models.rs)."""
+"""GET /v1/models, /health, /version, /metrics, /openapi.json and POST /tokenize, /detokenize
+(models.rs)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 
 from fastapi import APIRouter
 from starlette.requests import Request
@@ -50,6 +52,15 @@ async def health(request: Request) -> Response:
 @router.get("/version")
 async def version() -> Response:
     return json_response({"version": __version__})
+
+
+# The OpenAPI 3 document the Rust frontend serves too (it compiles this very file in).
+OPENAPI = (Path(__file__).parent / "openapi.json").read_bytes()
+
+
+@router.get("/openapi.json")
+async def openapi() -> Response:
+    return Response(OPENAPI, media_type="application/json")
 
 
 @router.get("/metrics")

@@ -61,7 +61,8 @@ def validate(req: SamplingRequest, logprobs: int | None, vocab_size: int) -> Gen
     if max_tokens is not None and not 1 <= max_tokens <= U32_MAX:
         raise bad(f"{name} must be at least 1, got {max_tokens}.", name)
     min_tokens = req.min_tokens or 0
-    if min_tokens < 0 or (max_tokens is not None and min_tokens > max_tokens):
+    # Without max_tokens the bound is the wire type's (uint32).
+    if not 0 <= min_tokens <= (U32_MAX if max_tokens is None else max_tokens):
         raise bad(f"min_tokens must be in [0, max_tokens], got {min_tokens}.", "min_tokens")
     for name, lp in (("logprobs", logprobs), ("prompt_logprobs", req.prompt_logprobs)):
         if lp is not None and not 0 <= lp <= MAX_LOGPROBS:
