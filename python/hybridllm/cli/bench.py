@@ -1,4 +1,4 @@
-"""`hybridllm bench throughput|serve|frontend-overhead|batching|embed|engine-step`."""
+"""`hybridllm bench throughput|serve|frontend-overhead|batching|embed|engine-step|soak`."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         engine_step,
         frontend_overhead,
         serve,
+        soak,
         throughput,
     )
 
@@ -23,3 +24,4 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     batching.add_parser(kinds)
     embed.add_parser(kinds)
     engine_step.add_parser(kinds)
+    soak.add_parser(kinds)
