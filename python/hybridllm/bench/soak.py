@@ -3,7 +3,8 @@ the mock engine, watching for leaks. Round 0 warms up and sets the baseline; aft
 round every request must have completed with the asked token count, the resident memory of
 the frontend and of the worker must stay within --rss-tolerance (or --rss-floor-mib) of the
 baseline, their open file descriptors within --fd-tolerance of it, and the server's log must
-hold no warning of a leaked task. Prints one line per round and the verdict; exit status 1 when anything failed."""
+hold no warning of a leaked task. Prints one line per round and the verdict; exit status 1
+when anything failed."""
 
 from __future__ import annotations
 
