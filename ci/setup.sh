@@ -15,6 +15,13 @@ if ! command -v cargo >/dev/null; then
   echo "setup: cargo not found; install a Rust toolchain first" >&2
   exit 1
 fi
+# The playground's browser test drives Debian's chromium through its driver.
+if ! command -v chromedriver >/dev/null && command -v apt-get >/dev/null; then
+  sudo=$([ "$(id -u)" = 0 ] || echo sudo)
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 \
+    || { $sudo apt-get update -q >/dev/null && $sudo apt-get install -y -q chromium chromium-driver >/dev/null; }
+fi
 if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
 fi

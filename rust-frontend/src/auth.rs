@@ -1,5 +1,6 @@
-//! Bearer-token auth. Everything but /health, /version (and /metrics with `metrics_no_auth`)
-//! and CORS preflight needs a key when `api_keys` is set; keys are compared in constant time.
+//! Bearer-token auth. Everything but /health, /version, the playground page (and /metrics with
+//! `metrics_no_auth`) and CORS preflight needs a key when `api_keys` is set; keys are compared
+//! in constant time.
 //! Neither a key nor the Authorization header is ever logged.
 use crate::errors::ApiError;
 use crate::state::AppState;
@@ -29,6 +30,7 @@ pub async fn require_key(State(state): State<Arc<AppState>>, req: Request, next:
     let path = req.uri().path();
     let open = path == "/health"
         || path == "/version"
+        || (path == "/" && !state.config.disable_playground)
         || (path == "/metrics" && state.config.metrics_no_auth);
     if keys.is_empty() || req.method() == Method::OPTIONS || open {
         return next.run(req).await;

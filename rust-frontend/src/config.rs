@@ -18,6 +18,7 @@
 //!   "shutdown_timeout_s": 30,                 // drain time for in-flight requests on SIGTERM
 //!   "max_tokens_limit": null,                 // operator cap on max_tokens (400 above it)
 //!   "responses_store_size": 1000,             // /v1/responses objects kept (LRU; 0: none)
+//!   "disable_playground": false,              // no page at GET /
 //!   "ssl_certfile": null, "ssl_keyfile": null // PEM files: serve HTTPS (rustls)
 //! }
 //! ```
@@ -50,6 +51,7 @@ pub struct ServeConfig {
     pub shutdown_timeout_s: f64,
     pub max_tokens_limit: Option<u32>,
     pub responses_store_size: usize,
+    pub disable_playground: bool,
     pub ssl_certfile: Option<String>,
     pub ssl_keyfile: Option<String>,
 }
@@ -74,6 +76,7 @@ impl Default for ServeConfig {
             shutdown_timeout_s: 30.0,
             max_tokens_limit: None,
             responses_store_size: 1000,
+            disable_playground: false,
             ssl_certfile: None,
             ssl_keyfile: None,
         }

@@ -63,6 +63,8 @@ pub fn table() -> Vec<Route> {
         route(Method::GET, "/health", get(openai::models::health)),
         route(Method::GET, "/version", get(openai::models::version)),
         route(Method::GET, "/openapi.json", get(openai::models::openapi)),
+        // Open (no key: the page asks for one), unless --disable-playground.
+        route(Method::GET, "/", get(openai::models::playground)),
         route(Method::GET, "/metrics", get(openai::models::metrics)),
         route(Method::POST, "/tokenize", post(openai::models::tokenize)),
         route(

@@ -20,6 +20,9 @@ use std::time::Duration;
 pub fn router(state: Arc<AppState>) -> Router {
     let mut router = Router::new();
     for r in crate::routes::table() {
+        if r.path == "/" && state.config.disable_playground {
+            continue;
+        }
         router = router.route(r.path, r.handler);
     }
     router

@@ -13,7 +13,7 @@ from tests.e2e.conftest import child_pids
 from tests.reliability.conftest import API_KEY, KINDS, MOCK, Server, start, stop
 from tests.reliability.routes import routes
 
-OPEN = {"/health", "/version"}
+OPEN = {"/health", "/version", "/"}
 UNAUTHORIZED = {"error": {"message": "Unauthorized: a valid API key is required "
                                      "(Authorization: Bearer <key>).",
                           "type": "AuthenticationError", "param": None, "code": 401}}

@@ -85,6 +85,8 @@ def add_frontend_args(parser: argparse.ArgumentParser) -> None:
     add("--responses-store-size", type=_non_negative_int, default=1000,
         help="/v1/responses objects kept for retrieval and previous_response_id (least "
              "recently used dropped first; 0 keeps none).")
+    add("--disable-playground", action="store_true",
+        help="Serve no web playground at GET / (it needs no key to load; its calls do).")
     add("--ssl-keyfile", default=None, help="PEM private key: serve HTTPS.")
     add("--ssl-certfile", default=None, help="PEM certificate (chain): serve HTTPS.")
     add("--chat-template", default=None, help="A Jinja file overriding the model's template.")
@@ -130,6 +132,7 @@ class ServeOptions:
     shutdown_timeout_s: float = 30.0
     max_tokens_limit: int | None = None
     responses_store_size: int = 1000
+    disable_playground: bool = False
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
 
@@ -154,6 +157,7 @@ def frontend_options(args: argparse.Namespace) -> ServeOptions:
         shutdown_timeout_s=args.frontend_shutdown_timeout,
         max_tokens_limit=args.max_tokens_limit,
         responses_store_size=args.responses_store_size,
+        disable_playground=args.disable_playground,
         ssl_certfile=_abspath(args.ssl_certfile),
         ssl_keyfile=_abspath(args.ssl_keyfile),
     )

@@ -1,4 +1,5 @@
-//! GET /v1/models, /health, /version, /metrics, /openapi.json and POST /tokenize, /detokenize.
+//! GET /v1/models, /health, /version, /metrics, /openapi.json, / (the playground) and POST
+//! /tokenize, /detokenize.
 use super::prompt::{render_prompt, tokenize as encode, TemplateArgs};
 use super::request::{check_model, field_error, FieldError, JsonBody, RequestBody};
 use super::response::new_id;
@@ -74,6 +75,18 @@ pub async fn version() -> Response {
 /// The OpenAPI 3 document of every route, shared with the Python frontend (one file, so the
 /// two cannot describe different APIs; a test checks it against both route tables).
 pub const OPENAPI: &str = include_str!("../../../python/hybridllm/entrypoints/openai/openapi.json");
+
+/// The playground (GET /): one self-contained page, shared with the Python frontend.
+pub const PLAYGROUND: &str =
+    include_str!("../../../python/hybridllm/entrypoints/openai/playground.html");
+
+pub async fn playground() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        PLAYGROUND,
+    )
+        .into_response()
+}
 
 pub async fn openapi() -> Response {
     ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()

@@ -43,13 +43,16 @@ OPEN_PATHS = ("/health", "/version")
 
 
 class AuthMiddleware:
-    """Everything but /health, /version (and /metrics with --metrics-no-auth) and CORS
-    preflight needs a key when keys are set (auth.rs); every key is compared, so timing does
-    not tell which one matched. Neither keys nor the header are ever logged."""
+    """Everything but /health, /version, the playground page (and /metrics with
+    --metrics-no-auth) and CORS preflight needs a key when keys are set (auth.rs); every key is
+    compared, so timing does not tell which one matched. Neither keys nor the header are ever
+    logged."""
 
-    def __init__(self, app: ASGIApp, keys: list[str], metrics_no_auth: bool = False) -> None:
+    def __init__(self, app: ASGIApp, keys: list[str], metrics_no_auth: bool = False,
+                 playground: bool = True) -> None:
         self.app, self.keys = app, [k.encode() for k in keys]
-        self.open = OPEN_PATHS + (("/metrics",) if metrics_no_auth else ())
+        self.open = (OPEN_PATHS + (("/metrics",) if metrics_no_auth else ())
+                     + (("/",) if playground else ()))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         header = dict(scope.get("headers", ())).get(b"authorization", b"")
@@ -103,6 +106,8 @@ def build_app(engine: EngineClient, opts: ServeOptions | None = None,
     for module in (serving_chat, serving_completions, serving_embedding, serving_responses,
                    serving_misc, serving_tokenizer_info):
         app.include_router(module.router)
+    if not opts.disable_playground:
+        app.include_router(serving_misc.playground_router)
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, e: ApiError) -> Response:
@@ -121,7 +126,8 @@ def build_app(engine: EngineClient, opts: ServeOptions | None = None,
         return internal(str(e)).response()
 
     app.add_middleware(AuthMiddleware, keys=list(opts.api_keys),
-                       metrics_no_auth=opts.metrics_no_auth)
+                       metrics_no_auth=opts.metrics_no_auth,
+                       playground=not opts.disable_playground)
     lists = (opts.allowed_origins, opts.allowed_methods, opts.allowed_headers)
     origins, methods, headers = (["*"] if "*" in v else v for v in lists)
     app.add_middleware(

@@ -58,6 +58,15 @@ async def version() -> Response:
 OPENAPI = (Path(__file__).parent / "openapi.json").read_bytes()
 
 
+PLAYGROUND = (Path(__file__).parent / "playground.html").read_bytes()
+playground_router = APIRouter()  # included unless --disable-playground
+
+
+@playground_router.get("/")
+async def playground() -> Response:
+    return Response(PLAYGROUND, media_type="text/html; charset=utf-8")
+
+
 @router.get("/openapi.json")
 async def openapi() -> Response:
     return Response(OPENAPI, media_type="application/json")
