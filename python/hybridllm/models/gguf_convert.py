@@ -59,7 +59,9 @@ def unpermute_rope(weight: torch.Tensor, num_heads: int) -> torch.Tensor:
 
 def read_weights(reader: GGUFReader, num_heads: int, num_kv_heads: int) -> dict[str, torch.Tensor]:
     weights: dict[str, torch.Tensor] = {}
-    for tensor in tqdm(reader.tensors, desc="Dequantizing GGUF tensors", unit="tensor"):
+    # disable=None: a bar on a terminal, quiet in logs and pipes.
+    for tensor in tqdm(reader.tensors, desc="Dequantizing GGUF tensors", unit="tensor",
+                       disable=None):
         array = dequantize(tensor.data, tensor.tensor_type)
         # GGUF lists dims fastest-first; numpy data is already row-major (out, in).
         shape = tuple(int(d) for d in reversed(tensor.shape))
