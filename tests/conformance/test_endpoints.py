@@ -18,6 +18,7 @@ METRICS = [
     "hybridllm:frontend_requests_in_flight", "hybridllm:request_success_total",
     "hybridllm:time_to_first_token_seconds", "hybridllm:inter_token_latency_seconds",
     "hybridllm:e2e_request_latency_seconds", "hybridllm:request_queue_time_seconds",
+    "hybridllm:worker_requests_total", "hybridllm:worker_outstanding_tokens",
 ]
 
 

@@ -65,6 +65,9 @@ class GenStream:
                       for _ in range(n)]
         self.finished, self.engine_finished = [False] * n, [False] * n
         state.metrics.in_flight.inc()
+        self.cost = len(req.prompt_ids) + n * req.max_tokens  # the router's outstanding tokens
+        state.metrics.worker_requests.inc()
+        state.metrics.worker_outstanding_tokens.inc(self.cost)
         sampling = pb.SamplingParams()
         sampling.CopyFrom(p.sampling)
         sampling.max_tokens = req.max_tokens
@@ -137,6 +140,7 @@ class GenStream:
             return
         agen, self.agen = self.agen, None
         self.state.metrics.in_flight.dec()
+        self.state.metrics.worker_outstanding_tokens.dec(self.cost)
         self.state.metrics.e2e.observe(time.monotonic() - self.start)
         await agen.aclose()
         # Stop strings end a request the engine still runs: abort it explicitly.

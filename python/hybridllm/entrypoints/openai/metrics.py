@@ -49,6 +49,15 @@ class Metrics:
         self.e2e = Histogram("hybridllm:e2e_request_latency_seconds",
                              "End-to-end request latency in seconds.",
                              buckets=[*_LAT, 120.0, 240.0, 480.0, 960.0], registry=r)
+        # Per engine worker, as the Rust frontend's data-parallel router reports them; this
+        # frontend has one worker, "0".
+        self.worker_requests = Counter("hybridllm:worker_requests",
+                                       "Requests routed to each engine worker.", ["worker"],
+                                       registry=r).labels("0")
+        self.worker_outstanding_tokens = Gauge(
+            "hybridllm:worker_outstanding_tokens",
+            "Prompt and maximum output tokens of the requests each engine worker runs.",
+            ["worker"], registry=r).labels("0")
         self.queue_time = Histogram("hybridllm:request_queue_time_seconds",
                                     "Histogram of time spent in WAITING phase for request.",
                                     buckets=[*_LAT, 120.0, 240.0, 480.0, 960.0], registry=r)
