@@ -53,6 +53,30 @@ def test_small_budget_splits_steps_never_inputs(embed_model_path, embed_llm) -> 
     assert (torch.stack([got[f"r{i}"] for i in range(len(MIXED))]) - one_batch).abs().max() <= 1e-5
 
 
+def test_one_call_runs_longest_first_and_answers_in_input_order(embed_model_path) -> None:
+    """add_requests queues one call's inputs longest first (ties in input order), so equal
+    lengths share steps; the offline call still answers in input order, with the vectors
+    each input gets alone."""
+    from hybridllm import LLM
+
+    llm = LLM(model=str(embed_model_path), max_num_batched_tokens=300, max_num_seqs=4)
+    engine = llm.engine
+    texts = ["a b c", MIXED[5], "d e f", MIXED[4], "g h i", MIXED[1], "x"]
+    engine.add_requests([(f"r{i}", t, PoolingParams(truncate_prompt_tokens=-1))
+                         for i, t in enumerate(texts)])
+    lens = {rid: r.num_tokens for rid, r in engine.requests.items()}
+    assert list(lens.values()) == [5, 256, 5, 37, 5, 31, 3]
+    steps = []
+    while engine.has_unfinished_requests():
+        steps.append([o.request_id for o in engine.step()])
+    # 256 + 37 fit 300; then 31 + the three 5-token inputs (max_num_seqs 4), then the last.
+    assert steps == [["r1", "r3"], ["r5", "r0", "r2", "r4"], ["r6"]]
+    outs = llm.embed(texts, truncate_prompt_tokens=-1)
+    assert [len(o.prompt_token_ids) for o in outs] == [5, 256, 5, 37, 5, 31, 3]
+    alone = _vectors([llm.embed(t, truncate_prompt_tokens=-1)[0] for t in texts])
+    assert (_vectors(outs) - alone).abs().max().item() <= 1e-5
+
+
 def test_scheduler_takes_whole_requests_in_order(embed_llm) -> None:
     cfg = embed_llm.engine.config.scheduler
     sched = PoolingScheduler(type(cfg)(max_num_seqs=2, max_num_batched_tokens=10,

@@ -135,13 +135,19 @@ class PoolingEngine:
         token_ids = self.prepare_prompts([prompt for _, prompt, _ in requests], params)
         arrival_time = arrival_time or time.monotonic()
         default_normalize = self.config.pooler.normalize
+        queued = []
         for (rid, prompt, _), p, tokens in zip(requests, params, token_ids):
             normalize = default_normalize if p.normalize is None else p.normalize
             text = prompt if isinstance(prompt, str) else None
             request = PoolingRequest(rid, text, tokens, p, normalize, arrival_time)
-            self.scheduler.add(request)
+            queued.append(request)
             self.requests[rid] = request
             self.stats.prompt_tokens_total += len(tokens)
+        # One call's inputs arrived together, so their order among themselves is free: longest
+        # first (stable), as sentence-transformers sorts, puts equal lengths in the same steps,
+        # and attention runs each length as one dense batch (attention/encoder.py).
+        for request in sorted(queued, key=lambda r: -r.num_tokens):
+            self.scheduler.add(request)
 
     def add_request(
         self,
