@@ -45,7 +45,7 @@ def test_same_beams_under_any_schedule(name: str, reference, model_path) -> None
         for out in engine.step():
             if out.finished:
                 done[out.request_id] = out
-    got = [[o.prompt_token_ids + o.token_ids for o in done[f"b{i}"].outputs]
+    got = [[done[f"b{i}"].prompt_token_ids + o.token_ids for o in done[f"b{i}"].outputs]
            for i in range(4)]
     assert got == beams
     assert [done[f"g{i}"].outputs[0].token_ids for i in range(4)] == greedy
@@ -65,7 +65,7 @@ def test_prefix_cache_serves_the_prompt(model_path) -> None:
             again = out
     n = len(again.prompt_token_ids)
     assert llm.engine.kv.prefix_hits >= (n - 1) // 16 * 16 > 0
-    assert [o.prompt_token_ids + o.token_ids for o in again.outputs] == \
+    assert [again.prompt_token_ids + o.token_ids for o in again.outputs] == \
         [s.tokens for s in first[0].sequences]
 
 
