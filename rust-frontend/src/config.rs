@@ -17,6 +17,7 @@
 //!   "disable_log_requests": false,
 //!   "shutdown_timeout_s": 30,                 // drain time for in-flight requests on SIGTERM
 //!   "max_tokens_limit": null,                 // operator cap on max_tokens (400 above it)
+//!   "max_beam_width": 16,                     // largest n of a use_beam_search request
 //!   "ssl_certfile": null, "ssl_keyfile": null // PEM files: serve HTTPS (rustls)
 //! }
 //! ```
@@ -48,6 +49,7 @@ pub struct ServeConfig {
     pub disable_log_requests: bool,
     pub shutdown_timeout_s: f64,
     pub max_tokens_limit: Option<u32>,
+    pub max_beam_width: u32,
     pub ssl_certfile: Option<String>,
     pub ssl_keyfile: Option<String>,
 }
@@ -71,6 +73,7 @@ impl Default for ServeConfig {
             disable_log_requests: false,
             shutdown_timeout_s: 30.0,
             max_tokens_limit: None,
+            max_beam_width: 16,
             ssl_certfile: None,
             ssl_keyfile: None,
         }

@@ -75,6 +75,8 @@ def add_frontend_args(parser: argparse.ArgumentParser) -> None:
     add("--max-tokens-limit", type=_positive_int, default=None,
         help="Operator cap on generated tokens: requests that set no max_tokens are clamped "
              "to it, requests asking for more get 400.")
+    add("--max-beam-width", type=_positive_int, default=16,
+        help="Largest n of a use_beam_search request (400 above it).")
     add("--ssl-keyfile", default=None, help="PEM private key: serve HTTPS.")
     add("--ssl-certfile", default=None, help="PEM certificate (chain): serve HTTPS.")
     add("--chat-template", default=None, help="A Jinja file overriding the model's template.")
@@ -119,6 +121,7 @@ class ServeOptions:
     disable_log_requests: bool = False
     shutdown_timeout_s: float = 30.0
     max_tokens_limit: int | None = None
+    max_beam_width: int = 16
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
 
@@ -142,6 +145,7 @@ def frontend_options(args: argparse.Namespace) -> ServeOptions:
         disable_log_requests=args.disable_log_requests,
         shutdown_timeout_s=args.frontend_shutdown_timeout,
         max_tokens_limit=args.max_tokens_limit,
+        max_beam_width=args.max_beam_width,
         ssl_certfile=_abspath(args.ssl_certfile),
         ssl_keyfile=_abspath(args.ssl_keyfile),
     )
