@@ -1,12 +1,15 @@
 """vLLM's `use_beam_search` through every frontend: the same JSON value for the same request,
 n choices in score order equal to the offline LLM.beam_search beams (which tests/beam checks
-against transformers), through the official `openai` client, and the same 400 for each
-refused combination."""
+against transformers), through the official `openai` client, the same 400 for each refused
+combination, and nothing left running or holding KV blocks after a client hangs up."""
 
 from __future__ import annotations
 
+import re
+import time
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
@@ -88,3 +91,29 @@ def test_beam_refusals(servers: dict, case: tuple) -> None:
         error = s.post(case[0], raw=body.encode()).json()["error"]
         named = next((v for k, v in param.items() if f'"{k}"' in body), "logprobs")
         assert error["param"] == named, (mode, error)
+
+
+def _gauge(s: Any, name: str) -> float:
+    text = s.http.get("/metrics").text
+    m = re.search(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.M)
+    assert m, (s.mode, name)
+    return float(m.group(1))
+
+
+def test_disconnect_mid_search_frees_the_group(servers: dict) -> None:
+    body = {"prompt": "Once upon a time", "max_tokens": 400, "n": 4, "use_beam_search": True,
+            "ignore_eos": True}
+    for mode, s in servers.items():
+        with pytest.raises(httpx.ReadTimeout):
+            s.http.post(P, json=body, timeout=3.0)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if (_gauge(s, "hybridllm:num_requests_running") == 0
+                    and _gauge(s, "hybridllm:kv_cache_usage_perc") == 0):
+                break
+            time.sleep(0.5)
+        else:
+            raise AssertionError(f"{mode}: the beam group was not freed after the hang-up")
+        # Still serving.
+        r = s.post(P, {"prompt": "Hi", "max_tokens": 2, "n": 2, "use_beam_search": True})
+        assert r.status_code == 200 and len(r.json()["choices"]) == 2, mode
