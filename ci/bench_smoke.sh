@@ -4,7 +4,8 @@
 # Rust frontend, then `bench
 # frontend-overhead` (Rust vs Python frontend, mock engine), then `bench embed` (offline
 # embeddings vs sentence-transformers, 64 sentences; served /v1/embeddings, Rust vs Python,
-# mock pooling runner and real model). Figures are printed against their
+# mock pooling runner and real model), then `bench beam` (offline beam search vs n=4
+# sampling). Figures are printed against their
 # targets; timings never fail this script, only crashes and failed requests do.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -51,4 +52,7 @@ echo "-- bench embed (LLM.embed vs sentence-transformers, 64 sentences; served, 
 hybridllm bench embed --num-sentences 64 --rounds 1 --serve-requests 400 \
   --serve-real-requests 32 --serve-rounds 1 --result-json "$out/embed.json" \
   | grep -v -e "Loading" -e "INFO"
+echo "-- bench beam (offline: beam_width=4 vs n=4 sampling, ignore_eos, same prompts)"
+hybridllm bench beam --num-prompts 4 --input-len 32 --output-len 16 --rounds 1 \
+  --result-json "$out/beam.json" | grep -v -e "Loading" -e "INFO"
 echo "bench smoke: results in $out"

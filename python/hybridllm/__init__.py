@@ -1,5 +1,6 @@
 """hybridllm: OpenAI-compatible LLM inference server (Rust HTTP frontend, Python engine)."""
 
+from hybridllm.entrypoints.generate.beam_search.utils import BeamSearchOutput, BeamSearchSequence
 from hybridllm.entrypoints.llm import LLM
 from hybridllm.outputs import (
     CompletionOutput,
@@ -10,10 +11,11 @@ from hybridllm.outputs import (
     RequestOutput,
 )
 from hybridllm.pooling_params import PoolingParams
-from hybridllm.sampling_params import SamplingParams
+from hybridllm.sampling_params import BeamSearchParams, SamplingParams
 
 __all__ = [
-    "LLM", "SamplingParams", "PoolingParams", "RequestOutput", "CompletionOutput",
+    "LLM", "SamplingParams", "BeamSearchParams", "BeamSearchOutput", "BeamSearchSequence",
+    "PoolingParams", "RequestOutput", "CompletionOutput",
     "PoolingRequestOutput", "PoolingOutput", "EmbeddingRequestOutput", "EmbeddingOutput",
 ]
 __version__ = "0.1.0"

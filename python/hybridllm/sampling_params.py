@@ -105,3 +105,45 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature < 1e-5
+
+
+@dataclass
+class BeamSearchParams:
+    """One beam-search request (vLLM's names and defaults): `beam_width` live beams, scored
+    as transformers scores them (cumulative logprob / generated length ** length_penalty).
+
+    `early_stopping` is transformers': False (stop when no running beam can beat the worst
+    finished one at its current length), True (stop once `beam_width` beams finished) or
+    "never" (the canonical bound at max length when length_penalty > 0).
+    """
+
+    beam_width: int
+    max_tokens: int
+    ignore_eos: bool = False
+    temperature: float = 0.0
+    length_penalty: float = 1.0
+    include_stop_str_in_output: bool = False
+    early_stopping: bool | str = False
+
+    def __post_init__(self) -> None:
+        def check(ok: bool, message: str) -> None:
+            if not ok:
+                raise ValueError(message)
+
+        check(
+            isinstance(self.beam_width, int) and self.beam_width >= 1,
+            f"beam_width must be at least 1, got {self.beam_width}.",
+        )
+        check(
+            isinstance(self.max_tokens, int) and self.max_tokens >= 1,
+            f"max_tokens must be at least 1, got {self.max_tokens}.",
+        )
+        # Beam search is deterministic here: scores are the model's own logprobs.
+        check(
+            self.temperature == 0.0,
+            f"temperature must be 0 for beam search, got {self.temperature}.",
+        )
+        check(
+            self.early_stopping in (True, False, "never"),
+            f'early_stopping must be True, False or "never", got {self.early_stopping!r}.',
+        )

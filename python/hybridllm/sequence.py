@@ -24,6 +24,17 @@ class SequenceStatus(Enum):
 
 
 @dataclass
+class BeamResult:
+    """A finished beam: its generated ids, cumulative logprob and length-penalized score."""
+
+    token_ids: list[int]
+    cum_logprob: float
+    score: float
+    finish_reason: str  # "stop" (EOS) or "length"
+    stop_reason: int | None = None
+
+
+@dataclass
 class Request:
     request_id: str
     prompt: str | None
@@ -38,6 +49,10 @@ class Request:
     metrics: dict[str, float] = field(default_factory=dict)
     reported_first: bool = False
     num_finished_seqs: int = 0  # kept by Sequence.finish: asked per request every step
+    # Beam search: the group's width (0 = not a beam request) and, once it is done, its
+    # best beams in score order (seqs then holds no live beam).
+    beam_width: int = 0
+    beam_results: list[BeamResult] | None = None
 
     @property
     def finished(self) -> bool:
@@ -71,6 +86,10 @@ class Sequence:
         self.cumulative_logprob = 0.0
         self.num_preemptions = 0
         self.ever_scheduled = False
+        # Beam search: candidates to keep per step (0 = not a beam), and this step's best
+        # (logprob, token id) continuations until the whole group has them.
+        self.beam_topk = 0
+        self.beam_candidates: tuple[list[float], list[int]] | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -106,6 +125,7 @@ class Sequence:
         self.num_published_blocks = 0
         self.status = SequenceStatus.WAITING
         self.num_preemptions += 1
+        self.beam_candidates = None
 
 
 @dataclass(eq=False)  # identity: queues find and remove a request by itself, not its fields

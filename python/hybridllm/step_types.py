@@ -32,6 +32,9 @@ class ScheduledSeq:
 class SchedulerOutput:
     scheduled: list[ScheduledSeq] = field(default_factory=list)
     num_preempted: int = 0
+    # KV blocks to copy (src, dst) before the forward pass: forked beams' last partial blocks.
+    blocks_to_copy: list[tuple[int, int]] = field(default_factory=list)
+    has_beams: bool = False  # some beam group runs: the runner returns beam candidates
 
     @property
     def num_tokens(self) -> int:
@@ -137,3 +140,5 @@ class StepResult:
     sample_seqs: list[Sequence]
     # seq_id -> (first prompt position predicted, entries) for this chunk
     prompt_logprobs: dict[int, tuple[int, list[LogprobsDict]]]
+    # sample row -> its best (logprobs, token ids), for beam-search rows
+    beam_candidates: dict[int, tuple[list[float], list[int]]] = field(default_factory=dict)

@@ -19,6 +19,7 @@
 //!   "max_tokens_limit": null,                 // operator cap on max_tokens (400 above it)
 //!   "responses_store_size": 1000,             // /v1/responses objects kept (LRU; 0: none)
 //!   "disable_playground": false,              // no page at GET /
+//!   "max_beam_width": 16,                     // largest n of a use_beam_search request
 //!   "ssl_certfile": null, "ssl_keyfile": null // PEM files: serve HTTPS (rustls)
 //! }
 //! ```
@@ -52,6 +53,7 @@ pub struct ServeConfig {
     pub max_tokens_limit: Option<u32>,
     pub responses_store_size: usize,
     pub disable_playground: bool,
+    pub max_beam_width: u32,
     pub ssl_certfile: Option<String>,
     pub ssl_keyfile: Option<String>,
 }
@@ -77,6 +79,7 @@ impl Default for ServeConfig {
             max_tokens_limit: None,
             responses_store_size: 1000,
             disable_playground: false,
+            max_beam_width: 16,
             ssl_certfile: None,
             ssl_keyfile: None,
         }

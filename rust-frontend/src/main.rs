@@ -1,5 +1,6 @@
 //! hybridllm-frontend: the OpenAI-compatible HTTP server in front of the engine worker.
 mod auth;
+mod beam_search;
 mod cli;
 mod config;
 mod cors;

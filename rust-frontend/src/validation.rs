@@ -31,6 +31,8 @@ pub struct SamplingRequest {
     pub spaces_between_special_tokens: Option<bool>,
     pub include_stop_str_in_output: Option<bool>,
     pub prompt_logprobs: Option<i64>,
+    pub use_beam_search: Option<bool>,
+    pub length_penalty: Option<f64>,
 }
 
 /// Validated parameters; `max_tokens` is finalised once the prompt length is known.
@@ -44,6 +46,8 @@ pub struct GenParams {
     pub decode: DecodeOpts,
     /// Top-k logprobs per generated token (Some(0): only the sampled token's).
     pub logprobs: Option<u32>,
+    /// A beam search (`use_beam_search`): its parameters; `sampling` then goes unused.
+    pub beam: Option<pb::BeamSearchParams>,
 }
 
 pub const MAX_LOGPROBS: i64 = 20;
@@ -242,6 +246,7 @@ impl SamplingRequest {
                 spaces_between_special_tokens: self.spaces_between_special_tokens.unwrap_or(true),
             },
             logprobs: logprobs.map(|l| l as u32),
+            beam: None,
         })
     }
 }

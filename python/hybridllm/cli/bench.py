@@ -1,4 +1,4 @@
-"""`hybridllm bench throughput|serve|frontend-overhead|batching|embed|engine-step|soak`."""
+"""`hybridllm bench throughput|serve|frontend-overhead|batching|embed|engine-step|soak|beam`."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     kinds = parser.add_subparsers(dest="bench", required=True)
     from hybridllm.bench import (
         batching,
+        beam,
         embed,
         engine_step,
         frontend_overhead,
@@ -25,3 +26,4 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     embed.add_parser(kinds)
     engine_step.add_parser(kinds)
     soak.add_parser(kinds)
+    beam.add_parser(kinds)

@@ -84,14 +84,18 @@ class KVCacheManager:
             self.ref_counts[block] += 1
         seq.block_table.extend(cached)
         for _ in range(max(needed, 0)):
-            block, _ = self.free_blocks.popitem(last=False)
-            stale = self.block_hash[block]
-            if stale is not None and self.hash_to_block.get(stale) == block:
-                del self.hash_to_block[stale]
-            self.block_hash[block] = None
-            self.ref_counts[block] = 1
-            seq.block_table.append(block)
+            seq.block_table.append(self._take_free_block())
         return True
+
+    def _take_free_block(self) -> int:
+        """The least recently freed block, its stale prefix hash forgotten, ref count 1."""
+        block, _ = self.free_blocks.popitem(last=False)
+        stale = self.block_hash[block]
+        if stale is not None and self.hash_to_block.get(stale) == block:
+            del self.hash_to_block[stale]
+        self.block_hash[block] = None
+        self.ref_counts[block] = 1
+        return block
 
     def cache_computed_blocks(self, seq: Sequence) -> None:
         """Publish the hashes of seq's blocks that are now full and computed."""
@@ -107,6 +111,29 @@ class KVCacheManager:
             self.block_hash[block] = h
             self.hash_to_block.setdefault(h, block)
         seq.num_published_blocks = full
+
+    def fork(self, parent: Sequence, child: Sequence) -> tuple[int, int] | None:
+        """Give child (a beam forked from parent) parent's computed KV: the full blocks shared
+        by reference count, the last partial block copied (copy on write). Returns the copy
+        (src, dst) for the runner, or None; with no free block the partial block is left for
+        the child to recompute."""
+        bs = self.block_size
+        full, rest = divmod(min(parent.num_computed_tokens, len(parent.block_table) * bs), bs)
+        shared = parent.block_table[:full]
+        for block in shared:
+            self.ref_counts[block] += 1
+        child.block_table = list(shared)
+        child.block_hashes = parent.block_hashes[:full]
+        child.num_published_blocks = min(parent.num_published_blocks, full)
+        child.num_computed_tokens = full * bs
+        child.num_cached_tokens = parent.num_cached_tokens
+        child.ever_scheduled = True
+        if not rest or not self.free_blocks:
+            return None
+        block = self._take_free_block()
+        child.block_table.append(block)
+        child.num_computed_tokens += rest
+        return parent.block_table[full], block
 
     def free(self, seq: Sequence) -> None:
         # Tail blocks first, so a prefix outlives its continuations in the LRU order.

@@ -2,7 +2,9 @@
 
 There are no separate prefill and decode phases: a step's batch mixes decode tokens with
 prompt chunks. When KV blocks run out, the most recently arrived running sequence is
-preempted by recompute (its blocks freed, its tokens prefilled again later).
+preempted by recompute (its blocks freed, its tokens prefilled again later); a beam is
+preempted with its whole group. A beam that has its step's candidates waits (no tokens)
+until the rest of its group has them too.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_preemptions = 0
+        self.blocks_to_copy: list[tuple[int, int]] = []  # forks' copies, for the next step
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -37,6 +40,23 @@ class Scheduler:
         self.kv.free(seq)
         seq.finish(reason, stop_reason)
 
+    def drop_beam(self, seq: Sequence) -> None:
+        """A beam the group no longer keeps: out of the queues, its blocks freed now."""
+        if seq in self.running:
+            self.running.remove(seq)
+        elif seq in self.waiting:
+            self.waiting.remove(seq)
+        self.kv.free(seq)
+        seq.status = SequenceStatus.FINISHED
+
+    def add_fork(self, parent: Sequence, child: Sequence) -> None:
+        """Run child (forked from the running beam parent) right after it, on parent's KV."""
+        copy = self.kv.fork(parent, child)
+        if copy is not None:
+            self.blocks_to_copy.append(copy)
+        child.status = SequenceStatus.RUNNING
+        self.running.insert(self.running.index(parent) + 1, child)
+
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
         budget = self.config.max_num_batched_tokens
@@ -46,6 +66,9 @@ class Scheduler:
         while i < len(running) and budget > 0:
             seq = running[i]
             num_new = min(len(seq.token_ids) - seq.num_computed_tokens, budget)
+            if not num_new:  # a beam waiting for its group's candidates
+                i += 1
+                continue
             while not allocate(seq, num_new):
                 victim = running.pop()
                 self._preempt(victim)
@@ -60,7 +83,22 @@ class Scheduler:
             break  # seq itself was preempted; nothing after it is running any more
         if out.num_preempted == 0:
             budget = self._admit_waiting(out, budget)
+        elif any(seq.beam_topk for seq in self.waiting):
+            self._preempt_beam_groups(out)
+        if self.blocks_to_copy and out.scheduled:
+            out.blocks_to_copy, self.blocks_to_copy = self.blocks_to_copy, []
         return out
+
+    def _preempt_beam_groups(self, out: SchedulerOutput) -> None:
+        """A preempted beam takes its whole group with it (recomputed together)."""
+        for request in {id(s.request): s.request for s in self.waiting if s.beam_topk}.values():
+            for seq in request.seqs:
+                if seq.status is SequenceStatus.RUNNING:
+                    self.running.remove(seq)
+                    self._preempt(seq)
+                    out.num_preempted += 1
+        out.scheduled = [item for item in out.scheduled
+                         if item.seq.status is SequenceStatus.RUNNING]
 
     def _admit_waiting(self, out: SchedulerOutput, budget: int) -> int:
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:

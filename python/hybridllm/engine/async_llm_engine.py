@@ -31,7 +31,7 @@ from hybridllm.engine.llm_engine import LLMEngine
 from hybridllm.engine.pooling_engine import PoolingEngine
 from hybridllm.outputs import PoolingRequestOutput, RequestOutput
 from hybridllm.pooling_params import PoolingParams
-from hybridllm.sampling_params import SamplingParams
+from hybridllm.sampling_params import BeamSearchParams, SamplingParams
 from hybridllm.sequence import Request
 
 # Test hook: make the engine loop fail at this step, to exercise the dead-engine path.
@@ -99,8 +99,8 @@ class AsyncLLMEngine:
             self._thread.start()
 
     def add_request(
-        self, request_id: str, prompt: str | list[int], params: SamplingParams | PoolingParams,
-        consumer: StepConsumer,
+        self, request_id: str, prompt: str | list[int],
+        params: SamplingParams | BeamSearchParams | PoolingParams, consumer: StepConsumer,
     ) -> None:
         """Queue a request whose outputs go to `consumer` on the engine thread, together with
         the other outputs of the same step that are its; nothing follows a finished output or
@@ -246,8 +246,9 @@ class AsyncLLMEngine:
             await asyncio.to_thread(self._thread.join)
 
 
-def _num_seqs(params: SamplingParams | PoolingParams) -> int:
-    """Sequences a request puts in the waiting queue: n samples, or one pooled input."""
+def _num_seqs(params: SamplingParams | BeamSearchParams | PoolingParams) -> int:
+    """Sequences a request puts in the waiting queue: n samples, or one pooled input or
+    beam group (its prompt; the beams fork once it has run)."""
     return params.n if isinstance(params, SamplingParams) else 1
 
 

@@ -9,12 +9,13 @@ from dataclasses import dataclass
 from hybridllm.config import EngineArgs, EngineConfig
 from hybridllm.core.kv_cache_manager import KVCacheManager
 from hybridllm.core.scheduler import Scheduler
+from hybridllm.engine.beam_groups import BeamGroups
 from hybridllm.engine.output_processor import OutputProcessor
 from hybridllm.executor.mock_runner import MockModelRunner
 from hybridllm.executor.model_runner import ModelRunner
 from hybridllm.outputs import RequestOutput
 from hybridllm.sampling import build_sampler
-from hybridllm.sampling_params import SamplingParams
+from hybridllm.sampling_params import BeamSearchParams, SamplingParams
 from hybridllm.sequence import Request, Sequence, make_generator
 from hybridllm.step_types import StepResult
 from hybridllm.text.tokenizer import load_tokenizer
@@ -45,6 +46,7 @@ class LLMEngine:
         self.scheduler = Scheduler(config.scheduler, self.kv)
         self.output_processor = OutputProcessor(self.tokenizer, detokenize)
         self._eos_token_ids = frozenset(config.model.eos_token_ids)
+        self.beams = BeamGroups(self.scheduler, self._eos_token_ids)
         self.requests: dict[str, Request] = {}
         self.stats = EngineStats()
         self._aborted: list[Request] = []
@@ -74,12 +76,14 @@ class LLMEngine:
         self,
         request_id: str,
         prompt: str | list[int],
-        params: SamplingParams | None = None,
+        params: SamplingParams | BeamSearchParams | None = None,
         arrival_time: float | None = None,
     ) -> None:
+        """Queue a request: n samples (SamplingParams) or one beam group (BeamSearchParams)."""
         if request_id in self.requests:
             raise ValueError(f"request id {request_id!r} is already in use.")
-        params = params or SamplingParams()
+        beam = params if isinstance(params, BeamSearchParams) else None
+        params = BeamGroups.sampling_params(beam) if beam else params or SamplingParams()
         if isinstance(prompt, str):
             text, ids = prompt, self.tokenizer.encode(prompt, add_special_tokens=True).ids
         else:
@@ -100,7 +104,9 @@ class LLMEngine:
         )
         if params.prompt_logprobs is not None:
             request.prompt_logprobs = [None]
-        for i in range(params.n):
+        if beam is not None:
+            self.scheduler.add(self.beams.add(request, beam))
+        for i in range(params.n if beam is None else 0):
             seq = Sequence(request, i, make_generator(params.seed, i))
             request.seqs.append(seq)
             self.scheduler.add(seq)
@@ -115,6 +121,8 @@ class LLMEngine:
                 continue
             for seq in request.seqs:
                 self.scheduler.finish(seq, "abort")
+            if request.beam_width:
+                self.beams.abort(request)
             self._aborted.append(request)
 
     def has_unfinished_requests(self) -> bool:
@@ -138,6 +146,7 @@ class LLMEngine:
         self._aborted = []
         sched = self.scheduler.schedule()
         if sched.scheduled:
+            sched.has_beams = bool(self.beams.groups)
             scheduled_at = time.monotonic()
             result = self.runner.execute(sched, while_running)
             cache_computed_blocks = self.kv.cache_computed_blocks
@@ -149,9 +158,18 @@ class LLMEngine:
                 cache_computed_blocks(item.seq)
                 if result.prompt_logprobs:
                     self._record_prompt_logprobs(item.seq, result)
+            beam_requests: dict[str, Request] = {}
             for row, seq in enumerate(result.sample_seqs):
+                if seq.beam_topk:
+                    self.beams.record(seq, result.beam_candidates[row])
+                    beam_requests[seq.request.request_id] = seq.request
+                    continue
                 self._append_token(seq, row, result)
                 touched[seq.request.request_id] = seq.request
+            for rid, request in beam_requests.items():
+                self.beams.advance(request)
+                self.stats.generation_tokens_total += len(request.seqs)
+                touched[rid] = request
         for request in touched.values():
             if not request.reported_first:
                 request.reported_first = True

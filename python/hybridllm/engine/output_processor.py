@@ -57,6 +57,8 @@ class OutputProcessor:
         return state.text if state is not None else ""
 
     def make_output(self, request: Request) -> RequestOutput:
+        if request.beam_width:
+            return self._beam_output(request)
         # Called for every running request every step: attribute reads kept to what is used.
         texts = self._text
         outputs = []
@@ -86,6 +88,32 @@ class OutputProcessor:
             outputs=outputs,
             finished=finished,
             num_cached_tokens=request.seqs[0].num_cached_tokens,
+            metrics=request.metrics,
+        )
+
+
+    def _beam_output(self, request: Request) -> RequestOutput:
+        """A beam request reports nothing until it ends: then its best beams, best first."""
+        outputs = [
+            CompletionOutput(
+                i,
+                self.tokenizer.decode(r.token_ids) if self.detokenize else "",
+                r.token_ids,
+                r.cum_logprob,
+                None,
+                r.finish_reason,
+                r.stop_reason,
+            )
+            for i, r in enumerate(request.beam_results or [])
+        ]
+        return RequestOutput(
+            request_id=request.request_id,
+            prompt=request.prompt,
+            prompt_token_ids=request.prompt_token_ids,
+            prompt_logprobs=None,
+            outputs=outputs,
+            finished=request.finished,
+            num_cached_tokens=request.num_cached_tokens,
             metrics=request.metrics,
         )
 

@@ -39,11 +39,12 @@ class EngineClient(abc.ABC):
     async def _unary(self, method: str, request: Any, timeout: float) -> Any:
         """Calls `method` of the Engine service; failures raise EngineCallError."""
 
-    def generate(self, request_id: str, prompt_ids: list[int],
-                 params: pb.SamplingParams) -> AsyncIterator[pb.GenerateResponse]:
+    def generate(self, request_id: str, prompt_ids: list[int], params: pb.SamplingParams,
+                 beam: pb.BeamSearchParams | None = None) -> AsyncIterator[pb.GenerateResponse]:
         """One message per engine step; closing the iterator early aborts the request."""
         return self.mux.generate(pb.GenerateRequest(
-            request_id=request_id, prompt_token_ids=prompt_ids, sampling_params=params))
+            request_id=request_id, prompt_token_ids=prompt_ids, sampling_params=params,
+            beam_search=beam))
 
     async def embed(self, request: pb.EmbedRequest) -> pb.GenerateResponse:
         """The request's one response, its `embeddings`; refusals raise EngineCallError, and

@@ -10,6 +10,7 @@ from typing import Any
 from hybridllm.config import EngineArgs
 from hybridllm.engine.llm_engine import LLMEngine
 from hybridllm.engine.pooling_engine import PoolingEngine
+from hybridllm.entrypoints.generate.beam_search.offline import BeamSearchOfflineMixin
 from hybridllm.entrypoints.offline_loop import run_to_completion
 from hybridllm.entrypoints.pooling.offline import PoolingOfflineMixin
 from hybridllm.outputs import RequestOutput
@@ -101,9 +102,10 @@ class OfflineInferenceMixin:
         return run_to_completion(self._generate_engine("generate"), request_ids, use_tqdm)
 
 
-class LLM(PoolingOfflineMixin, OfflineInferenceMixin):
-    """An engine in this process: `LLM(model=...)`, then generate() or chat() for a generative
-    model, embed() or encode() for an embedding model (models.task decides which it is)."""
+class LLM(PoolingOfflineMixin, BeamSearchOfflineMixin, OfflineInferenceMixin):
+    """An engine in this process: `LLM(model=...)`, then generate(), chat() or beam_search()
+    for a generative model, embed() or encode() for an embedding model (models.task decides
+    which it is)."""
 
     def __init__(self, model: str | None = None, **kwargs: Any) -> None:
         self.engine_args = EngineArgs(model=model, **kwargs)

@@ -87,6 +87,8 @@ def add_frontend_args(parser: argparse.ArgumentParser) -> None:
              "recently used dropped first; 0 keeps none).")
     add("--disable-playground", action="store_true",
         help="Serve no web playground at GET / (it needs no key to load; its calls do).")
+    add("--max-beam-width", type=_positive_int, default=16,
+        help="Largest n of a use_beam_search request (400 above it).")
     add("--ssl-keyfile", default=None, help="PEM private key: serve HTTPS.")
     add("--ssl-certfile", default=None, help="PEM certificate (chain): serve HTTPS.")
     add("--chat-template", default=None, help="A Jinja file overriding the model's template.")
@@ -133,6 +135,7 @@ class ServeOptions:
     max_tokens_limit: int | None = None
     responses_store_size: int = 1000
     disable_playground: bool = False
+    max_beam_width: int = 16
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
 
@@ -158,6 +161,7 @@ def frontend_options(args: argparse.Namespace) -> ServeOptions:
         max_tokens_limit=args.max_tokens_limit,
         responses_store_size=args.responses_store_size,
         disable_playground=args.disable_playground,
+        max_beam_width=args.max_beam_width,
         ssl_certfile=_abspath(args.ssl_certfile),
         ssl_keyfile=_abspath(args.ssl_keyfile),
     )

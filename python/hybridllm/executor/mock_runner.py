@@ -45,7 +45,14 @@ class MockModelRunner:
         seqs = [item.seq for item in sched.scheduled if item.samples]
         tokens = [_FIRST_TOKEN + s.num_tokens % _NUM_TOKENS for s in seqs]
         none: list[None] = [None] * len(seqs)
-        return StepResult(SamplerOutput(tokens, list(none), list(none)), seqs, {})
+        result = StepResult(SamplerOutput(tokens, list(none), list(none)), seqs, {})
+        if sched.has_beams:  # beam rows: made-up continuations, each less likely than the last
+            result.beam_candidates = {
+                i: ([-0.5 * (j + 1) for j in range(s.beam_topk)],
+                    [(t + j) % _NUM_TOKENS + _FIRST_TOKEN for j in range(s.beam_topk)])
+                for i, (s, t) in enumerate(zip(seqs, tokens)) if s.beam_topk
+            }
+        return result
 
 
 class MockPoolingRunner:

@@ -16,6 +16,7 @@ import torch
 
 from hybridllm.attention import get_attention_backend
 from hybridllm.config import EngineConfig
+from hybridllm.executor.beam_candidates import beam_candidates, copy_blocks
 from hybridllm.executor.cpu_env import keep_freed_memory
 from hybridllm.executor.cuda_graph import DecodeGraphs, capture_sizes
 from hybridllm.executor.input_batch import InputBatch
@@ -143,6 +144,8 @@ class ModelRunner:
         """The forward pass and sampling. `while_running` is called once: on CUDA after the
         forward pass is queued (it runs while the GPU computes), on CPU before it."""
         inputs = self.prepare(sched)
+        if sched.blocks_to_copy:
+            copy_blocks(self.kv_caches, sched.blocks_to_copy)
         overlap = self.device.type == "cuda"
         if while_running is not None and not overlap:
             while_running()
@@ -165,7 +168,12 @@ class ModelRunner:
             sampled = self.sampler(logits, inputs.sample_seqs)
         else:
             sampled = SamplerOutput([], [], [])
-        return StepResult(sampled, inputs.sample_seqs, prompt_logprobs)
+        result = StepResult(sampled, inputs.sample_seqs, prompt_logprobs)
+        if sched.has_beams and inputs.sample_rows:
+            result.beam_candidates = beam_candidates(
+                logits, inputs.sample_seqs, self.config.model.eos_token_ids
+            )
+        return result
 
     def _prompt_logprobs(
         self, hidden: torch.Tensor, inputs: ModelInputs

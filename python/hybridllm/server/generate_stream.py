@@ -29,7 +29,7 @@ from hybridllm.outputs import PoolingRequestOutput, RequestOutput
 from hybridllm.proto import engine_pb2 as pb
 from hybridllm.server.engine_mux import OnEnd, OnResponse
 from hybridllm.server.pending_embed import PendingEmbed
-from hybridllm.server.proto_convert import sampling_params_from_proto
+from hybridllm.server.proto_convert import request_params_from_proto
 from hybridllm.server.responses import ResponseBuilder, rejected
 
 logger = logging.getLogger("hybridllm.worker")
@@ -106,7 +106,7 @@ class GenerateStreamCall:
                                 "this is an embedding model: it cannot generate."))
             return
         try:
-            params = sampling_params_from_proto(req.sampling_params)
+            params = request_params_from_proto(req)
             builder = ResponseBuilder(rid, params)
             self.active[rid] = builder
             self.engine.add_request(rid, list(req.prompt_token_ids), params, self)

@@ -6,7 +6,7 @@ import math
 
 from hybridllm.outputs import LogprobsDict
 from hybridllm.proto import engine_pb2 as pb
-from hybridllm.sampling_params import SamplingParams
+from hybridllm.sampling_params import BeamSearchParams, SamplingParams
 
 _OPTIONAL_FIELDS = (
     "n", "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
@@ -32,6 +32,28 @@ def sampling_params_from_proto(msg: pb.SamplingParams) -> SamplingParams:
     if msg.logit_bias:
         kwargs["logit_bias"] = dict(msg.logit_bias)
     return SamplingParams(**kwargs)  # type: ignore[arg-type]
+
+
+def request_params_from_proto(req: pb.GenerateRequest) -> SamplingParams | BeamSearchParams:
+    """A beam search when `beam_search` is set, else the request's sampling parameters."""
+    if not req.HasField("beam_search"):
+        return sampling_params_from_proto(req.sampling_params)
+    beam = req.beam_search
+    return BeamSearchParams(
+        beam_width=beam.beam_width,
+        max_tokens=beam.max_tokens or 2**31 - 1,  # unset: the engine caps it to what fits
+        ignore_eos=beam.ignore_eos,
+        length_penalty=beam.length_penalty,
+        include_stop_str_in_output=beam.include_stop_str_in_output,
+    )
+
+
+def beam_search_params_to_proto(params: BeamSearchParams) -> pb.BeamSearchParams:
+    return pb.BeamSearchParams(
+        beam_width=params.beam_width, max_tokens=params.max_tokens,
+        ignore_eos=params.ignore_eos, length_penalty=params.length_penalty,
+        include_stop_str_in_output=params.include_stop_str_in_output,
+    )
 
 
 def sampling_params_to_proto(params: SamplingParams) -> pb.SamplingParams:

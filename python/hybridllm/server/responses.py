@@ -6,15 +6,18 @@ import grpc
 
 from hybridllm.outputs import RequestOutput
 from hybridllm.proto import engine_pb2 as pb
-from hybridllm.sampling_params import SamplingParams
+from hybridllm.sampling_params import BeamSearchParams, SamplingParams
 from hybridllm.server.proto_convert import FINISH_REASONS, first_position, position_logprobs
 
 
 class ResponseBuilder:
-    def __init__(self, request_id: str, params: SamplingParams) -> None:
+    def __init__(self, request_id: str, params: SamplingParams | BeamSearchParams) -> None:
         self.request_id = request_id
         self.params = params
-        self.sent = [0] * params.n  # tokens already sent, per sequence
+        self.n = params.beam_width if isinstance(params, BeamSearchParams) else params.n
+        self.num_logprobs = getattr(params, "logprobs", None) or 0
+        self.num_prompt_logprobs = getattr(params, "prompt_logprobs", None) or 0
+        self.sent = [0] * self.n  # tokens already sent, per sequence
         self.first = True
 
     def response(self, out: RequestOutput) -> pb.GenerateResponse:
@@ -25,7 +28,7 @@ class ResponseBuilder:
 
     def fill(self, resp: pb.GenerateResponse, out: RequestOutput) -> None:
         """response(), written into an empty message (one inside a batch: no copy)."""
-        params, sent = self.params, self.sent
+        sent = self.sent
         resp.request_id = self.request_id
         resp.finished = out.finished
         if self.first:
@@ -41,8 +44,9 @@ class ResponseBuilder:
             if o.logprobs is not None:
                 for j, token in enumerate(new):
                     entry = o.logprobs[sent[o.index] + j]
-                    delta.logprobs.append(position_logprobs(entry, token, params.logprobs or 0))
-                delta.cumulative_logprob = o.cumulative_logprob or 0.0
+                    delta.logprobs.append(position_logprobs(entry, token, self.num_logprobs))
+            if o.cumulative_logprob is not None:  # with logprobs, and every beam's
+                delta.cumulative_logprob = o.cumulative_logprob
             if o.finish_reason == "stop" and isinstance(o.stop_reason, int):
                 delta.stop_token_id = o.stop_reason
             elif o.finish_reason == "stop" and o.stop_reason is None and o.token_ids:
@@ -57,7 +61,7 @@ class ResponseBuilder:
         )
         if out.prompt_logprobs is not None:
             prompt.prompt_logprobs.append(first_position(out.prompt_token_ids[0]))
-            k = self.params.prompt_logprobs or 0
+            k = self.num_prompt_logprobs
             for pos, entry in enumerate(out.prompt_logprobs[1:], start=1):
                 prompt.prompt_logprobs.append(
                     position_logprobs(entry, out.prompt_token_ids[pos], k)
@@ -72,7 +76,7 @@ class ResponseBuilder:
             finished=True,
             sequences=[
                 pb.SequenceDelta(index=i, finish_reason=pb.FINISH_REASON_ERROR)
-                for i in range(self.params.n)
+                for i in range(self.n)
             ],
         )
 

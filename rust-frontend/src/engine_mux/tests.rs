@@ -41,6 +41,7 @@ fn generate_req(id: &str) -> pb::GenerateRequest {
         request_id: id.into(),
         prompt_token_ids: vec![1, 2],
         sampling_params: None,
+        beam_search: None,
     }
 }
 

@@ -9,6 +9,7 @@ use super::request::{
 use super::response::{new_id, now, Usage};
 use super::sse::{sse_response, ChunkHead};
 use super::text_deltas::GenEvent;
+use crate::beam_search::beam_params;
 use crate::errors::ApiError;
 use crate::state::AppState;
 use crate::validation::{fit_max_tokens, SamplingRequest};
@@ -75,7 +76,9 @@ pub async fn handle(
         (true, t) => Some(t.unwrap_or(0)),
         (false, _) => None,
     };
-    let params = req.sampling.validate(top, state.vocab_size)?;
+    let mut params = req.sampling.validate(top, state.vocab_size)?;
+    let stream = req.stream.unwrap_or(false);
+    params.beam = beam_params(&req.sampling, stream, top, state.config.max_beam_width)?;
     let cap = state.config.max_tokens_limit;
     req.sampling.check_max_tokens_limit(cap)?;
     let add_generation_prompt = !req.template.continue_final_message.unwrap_or(false);

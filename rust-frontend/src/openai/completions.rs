@@ -9,6 +9,7 @@ use super::request::{
 use super::response::{new_id, now, Usage};
 use super::sse::{sse_response, ChunkHead};
 use super::text_deltas::GenEvent;
+use crate::beam_search::beam_params;
 use crate::errors::ApiError;
 use crate::state::AppState;
 use crate::text::tokenizer::DecodeOpts;
@@ -98,6 +99,8 @@ pub async fn handle(
     let echo = req.echo.unwrap_or(false);
     let stream = req.stream.unwrap_or(false);
     let mut params = req.sampling.validate(req.logprobs, state.vocab_size)?;
+    let max_beam = state.config.max_beam_width;
+    params.beam = beam_params(&req.sampling, stream, req.logprobs, max_beam)?;
     // As vLLM: echoed logprobs are the prompt's, so ask the engine for them.
     let echo_logprobs = echo && params.logprobs.is_some();
     if echo_logprobs && params.sampling.prompt_logprobs.is_none() {

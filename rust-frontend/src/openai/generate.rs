@@ -64,6 +64,10 @@ pub async fn generate(
         request_id: req.request_id.clone(),
         prompt_token_ids: req.prompt_ids.clone(),
         sampling_params: Some(sampling),
+        beam_search: req.params.beam.map(|mut b| {
+            b.max_tokens = req.max_tokens;
+            b
+        }),
     };
     let mut stream = state.engine.generate(grpc_req);
     let first = match stream.next().await {

@@ -71,7 +71,12 @@ class GenStream:
         sampling = pb.SamplingParams()
         sampling.CopyFrom(p.sampling)
         sampling.max_tokens = req.max_tokens
-        self.agen: Any = state.engine.generate(req.request_id, req.prompt_ids, sampling)
+        beam = None
+        if p.beam is not None:
+            beam = pb.BeamSearchParams()
+            beam.CopyFrom(p.beam)
+            beam.max_tokens = req.max_tokens
+        self.agen: Any = state.engine.generate(req.request_id, req.prompt_ids, sampling, beam)
         self.first: pb.GenerateResponse | None = None
 
     async def next(self, ended: str) -> pb.GenerateResponse:

@@ -50,6 +50,8 @@ class SamplingRequest(Struct):
     spaces_between_special_tokens: bool | None = None
     include_stop_str_in_output: bool | None = None
     prompt_logprobs: I64 | None = None
+    use_beam_search: bool | None = None
+    length_penalty: float | None = None
 
 
 class TemplateArgs(Struct):

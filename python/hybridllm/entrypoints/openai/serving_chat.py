@@ -30,6 +30,7 @@ from hybridllm.entrypoints.openai.state import (
     now,
 )
 from hybridllm.entrypoints.openai.validation import (
+    check_beam_search,
     check_max_tokens_limit,
     fit_max_tokens,
     validate,
@@ -46,7 +47,9 @@ async def chat_completions(request: Request) -> Response:
     check_task(state, "Chat Completions", embed=False)
     if not req.logprobs and req.top_logprobs is not None and req.top_logprobs > 0:
         raise bad("top_logprobs requires logprobs to be true.", "top_logprobs")
-    params = validate(req, (req.top_logprobs or 0) if req.logprobs else None, state.vocab_size)
+    top = (req.top_logprobs or 0) if req.logprobs else None
+    params = validate(req, top, state.vocab_size)
+    params.beam = check_beam_search(req, bool(req.stream), top, state.options.max_beam_width)
     cap = state.options.max_tokens_limit
     check_max_tokens_limit(req, cap)
     prompt = render_prompt(state, req.messages, req, not req.continue_final_message)

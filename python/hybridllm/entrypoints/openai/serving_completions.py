@@ -25,6 +25,7 @@ from hybridllm.entrypoints.openai.sse import SSEResponse
 from hybridllm.entrypoints.openai.state import check_model, check_task, get_state, new_id, now
 from hybridllm.entrypoints.openai.validation import (
     DEFAULT_COMPLETION_MAX_TOKENS,
+    check_beam_search,
     check_max_tokens_limit,
     fit_max_tokens,
     unset_max_tokens,
@@ -67,6 +68,8 @@ async def completions(request: Request) -> Response:
         raise bad("suffix is not supported.", "suffix")
     echo = bool(req.echo)
     params = validate(req, req.logprobs, state.vocab_size)
+    max_beam = state.options.max_beam_width
+    params.beam = check_beam_search(req, bool(req.stream), req.logprobs, max_beam)
     # As vLLM: echoed logprobs are the prompt's, so ask the engine for them.
     echo_lp = echo and params.logprobs is not None
     if echo_lp and not params.sampling.HasField("prompt_logprobs"):

@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass, field
 from decimal import Decimal
 
+from hybridllm.entrypoints.generate.beam_search.online import BeamSearchRequestError, beam_params
 from hybridllm.entrypoints.openai.errors import bad
 from hybridllm.entrypoints.openai.protocol import SamplingRequest
 from hybridllm.proto import engine_pb2 as pb
@@ -29,6 +30,7 @@ class GenParams:
     include_stop: bool = False
     decode: DecodeOpts = DecodeOpts()
     logprobs: int | None = None  # top-k per generated token (0: only the sampled one)
+    beam: pb.BeamSearchParams | None = None  # use_beam_search: `sampling` goes unused
 
 
 def _num(x: float) -> str:
@@ -131,3 +133,15 @@ def fit_max_tokens(prompt_len: int, max_tokens: int | None, limit: int,
         left = limit - prompt_len
         return left if unset_cap is None else min(unset_cap, left)
     return max_tokens
+
+
+def check_beam_search(req: SamplingRequest, stream: bool, logprobs: int | None,
+                      max_beam_width: int) -> pb.BeamSearchParams | None:
+    """vLLM's use_beam_search (generate/beam_search/online.py), its refusals as 400s."""
+    try:
+        return beam_params(
+            req.use_beam_search, req.n, req.temperature, req.length_penalty, req.ignore_eos,
+            req.include_stop_str_in_output, stream, logprobs, max_beam_width,
+        )
+    except BeamSearchRequestError as e:
+        raise bad(str(e), e.param) from None

@@ -1,0 +1,1 @@
+"""Generation entry points beyond plain sampling (beam search)."""

@@ -1,0 +1,74 @@
+"""LLM.beam_search(): beam groups run to completion on the in-process LLMEngine."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+from hybridllm.engine.llm_engine import LLMEngine
+from hybridllm.engine.pooling_engine import PoolingEngine
+from hybridllm.entrypoints.generate.beam_search.utils import (
+    BeamSearchOutput,
+    to_beam_search_output,
+)
+from hybridllm.entrypoints.offline_loop import run_to_completion
+from hybridllm.sampling_params import BeamSearchParams
+from hybridllm.text.tokenizer import DecodeOpts, Tokenizer
+
+BeamPrompt = str | list[int] | dict[str, Any]
+
+
+def _prompt_of(prompt: BeamPrompt) -> str | list[int]:
+    """A string, token ids, or vLLM's {"prompt": ...} / {"prompt_token_ids": [...]}."""
+    if isinstance(prompt, dict):
+        if "prompt_token_ids" in prompt:
+            return list(prompt["prompt_token_ids"])
+        if "prompt" in prompt:
+            return str(prompt["prompt"])
+        raise ValueError('prompts: a dict prompt needs "prompt" or "prompt_token_ids".')
+    return prompt
+
+
+class BeamSearchOfflineMixin:
+    """beam_search(); needs `self.engine` (an LLMEngine for a generative model)."""
+
+    engine: LLMEngine | PoolingEngine
+    _counter: itertools.count
+
+    def beam_search(
+        self,
+        prompts: BeamPrompt | Sequence[BeamPrompt],
+        params: BeamSearchParams,
+        use_tqdm: bool = False,
+    ) -> list[BeamSearchOutput]:
+        """One BeamSearchOutput per prompt, in input order: its best `beam_width` beams by
+        score, each with prompt + generated `tokens`, their `text` and `cum_logprob`. The
+        beam groups of all prompts run in one engine, batched with each other."""
+        engine = self.engine
+        if not isinstance(engine, LLMEngine):
+            raise ValueError(
+                f"LLM.beam_search() needs a generative model; {engine.config.served_model_name} "
+                f"is an embedding model (task {engine.config.task!r})."
+            )
+        if not isinstance(params, BeamSearchParams):
+            raise ValueError("params: give a BeamSearchParams.")
+        single = isinstance(prompts, (str, dict)) or (
+            isinstance(prompts, list) and bool(prompts) and isinstance(prompts[0], int)
+        )
+        batch = [prompts] if single else list(prompts)  # type: ignore[list-item]
+        ids = []
+        for prompt in batch:
+            rid = str(next(self._counter))
+            engine.add_request(rid, _prompt_of(prompt), params)
+            ids.append(rid)
+        tokenizer = Tokenizer(engine.tokenizer)
+        # vLLM's offline text: the whole sequence, prompt included, special tokens kept.
+        opts = DecodeOpts(skip_special_tokens=False)
+        results = []
+        for output in run_to_completion(engine, ids, use_tqdm):
+            result = to_beam_search_output(output)
+            for seq in result.sequences:
+                seq.text = tokenizer.decode(seq.tokens, opts)
+            results.append(result)
+        return results

@@ -1,0 +1,80 @@
+"""Beam groups scheduled with everything else: the same beams under chunked prefill of the
+prompt, a small token budget, no prefix caching, and preemption of whole groups by
+recompute; prefix caching still serves the prompt; ordinary requests in the same batch are
+unchanged; bad parameters are refused naming the field."""
+
+from __future__ import annotations
+
+import pytest
+
+from hybridllm import LLM, BeamSearchParams, SamplingParams
+from tests.conftest import PROMPTS
+
+PARAMS = BeamSearchParams(beam_width=4, max_tokens=16, ignore_eos=True)
+
+
+@pytest.fixture(scope="module")
+def reference(model_path) -> tuple[list[list[list[int]]], list[list[int]]]:
+    llm = LLM(model=str(model_path))
+    beams = [[s.tokens for s in o.sequences] for o in llm.beam_search(PROMPTS[:4], PARAMS)]
+    greedy = [o.outputs[0].token_ids for o in llm.generate(
+        PROMPTS[4:], SamplingParams(temperature=0, max_tokens=16, min_tokens=16),
+        use_tqdm=False)]
+    return beams, greedy
+
+
+CONFIGS = {
+    "no_prefix_caching": {"enable_prefix_caching": False},
+    "chunked_small_budget": {"max_num_batched_tokens": 8, "max_num_seqs": 16},
+    # 12 blocks of 16 tokens: the four groups cannot all stay resident.
+    "forced_preemption": {"num_gpu_blocks_override": 12, "max_model_len": 64},
+}
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_same_beams_under_any_schedule(name: str, reference, model_path) -> None:
+    beams, greedy = reference
+    llm = LLM(model=str(model_path), **CONFIGS[name])
+    engine = llm.engine
+    for i, prompt in enumerate(PROMPTS[:4]):  # beam groups and plain requests side by side
+        engine.add_request(f"b{i}", prompt, PARAMS)
+        engine.add_request(f"g{i}", PROMPTS[4 + i],
+                           SamplingParams(temperature=0, max_tokens=16, min_tokens=16))
+    done = {}
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            if out.finished:
+                done[out.request_id] = out
+    got = [[done[f"b{i}"].prompt_token_ids + o.token_ids for o in done[f"b{i}"].outputs]
+           for i in range(4)]
+    assert got == beams
+    assert [done[f"g{i}"].outputs[0].token_ids for i in range(4)] == greedy
+    if name == "forced_preemption":
+        assert engine.scheduler.num_preemptions > 0
+    assert engine.kv.num_free_blocks == engine.kv.num_blocks
+
+
+def test_prefix_cache_serves_the_prompt(model_path) -> None:
+    llm = LLM(model=str(model_path))
+    prompt = " ".join(["The history of the city is long and"] * 8)
+    first = llm.beam_search(prompt, PARAMS)
+    engine = llm.engine
+    engine.add_request("again", prompt, PARAMS)
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            again = out
+    n = len(again.prompt_token_ids)
+    assert llm.engine.kv.prefix_hits >= (n - 1) // 16 * 16 > 0
+    assert [again.prompt_token_ids + o.token_ids for o in again.outputs] == \
+        [s.tokens for s in first[0].sequences]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [({"beam_width": 0}, "beam_width"), ({"max_tokens": 0}, "max_tokens"),
+     ({"temperature": 0.7}, "temperature"), ({"early_stopping": "sometimes"}, "early_stopping")],
+)
+def test_bad_params_name_the_field(kwargs: dict, field: str) -> None:
+    base = {"beam_width": 2, "max_tokens": 4}
+    with pytest.raises(ValueError, match=field):
+        BeamSearchParams(**{**base, **kwargs})
