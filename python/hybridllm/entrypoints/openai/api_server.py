@@ -21,6 +21,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hybridllm.entrypoints.engine_client import EngineClient
+from hybridllm.entrypoints.engine_watchdog import EngineWatchdog
 from hybridllm.entrypoints.openai import (
     serving_chat,
     serving_completions,
@@ -172,5 +173,13 @@ def run_python_server(args: argparse.Namespace) -> int:
     # handlers that were there before: a no-op one makes a drained server exit 0.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: None)
-    asyncio.run(server.serve(sockets=[sock]))
-    return 0 if server.started else 1
+    watchdog = EngineWatchdog(engine, server) if args.connect_engine else None
+
+    async def serve() -> None:
+        watch = asyncio.create_task(watchdog.run()) if watchdog else None
+        await server.serve(sockets=[sock])
+        if watch:
+            watch.cancel()
+
+    asyncio.run(serve())
+    return 0 if server.started and not (watchdog and watchdog.lost) else 1
