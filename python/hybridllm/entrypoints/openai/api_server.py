@@ -30,6 +30,7 @@ from hybridllm.entrypoints.openai import (
     serving_responses,
     serving_tokenizer_info,
 )
+from hybridllm.entrypoints.openai.disconnect import ClientDisconnected
 from hybridllm.entrypoints.openai.errors import UNAUTHORIZED, ApiError, internal
 from hybridllm.entrypoints.openai.limits import H11_MAX_HEADER_BLOCK, HeaderLimitMiddleware
 from hybridllm.entrypoints.openai.metrics import Metrics
@@ -108,6 +109,10 @@ def build_app(engine: EngineClient, opts: ServeOptions | None = None,
     @app.exception_handler(ApiError)
     async def api_error(request: Request, e: ApiError) -> Response:
         return e.response()
+
+    @app.exception_handler(ClientDisconnected)
+    async def hung_up(request: Request, e: ClientDisconnected) -> Response:
+        return Response(status_code=499)  # nobody is left to read it (nginx's code)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, e: StarletteHTTPException) -> Response:
