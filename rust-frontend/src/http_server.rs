@@ -30,6 +30,9 @@ pub async fn tls_config(tls: &Tls) -> anyhow::Result<RustlsConfig> {
         })
 }
 
+/// Time for the error events of streams cut at the drain deadline to reach their clients.
+const FLUSH_AFTER_DEADLINE: Duration = Duration::from_millis(500);
+
 /// Serves until SIGTERM/SIGINT, then lets in-flight requests finish for at most `grace`.
 pub async fn run(
     listener: std::net::TcpListener,
@@ -42,7 +45,11 @@ pub async fn run(
     tokio::spawn(async move {
         shutdown_signal().await;
         tracing::info!("shutting down: no new connections, draining in-flight requests");
-        on_signal.graceful_shutdown(Some(grace));
+        // At `grace` the streams still open end with an error event (shutdown.rs); the
+        // connections are closed a moment later, once those events are written.
+        on_signal.graceful_shutdown(Some(grace + FLUSH_AFTER_DEADLINE));
+        tokio::time::sleep(grace).await;
+        crate::shutdown::deadline_passed();
     });
     let service = app.into_make_service();
     let server = axum_server::from_tcp(listener)?.handle(handle).http1_only();

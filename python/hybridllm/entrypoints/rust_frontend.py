@@ -92,8 +92,9 @@ def add_frontend_args(parser: argparse.ArgumentParser) -> None:
     add("--disable-log-requests", action="store_true")
     add("--engine-connect-timeout", type=float, default=60.0,
         help="Seconds to wait for an external engine worker to answer at start-up.")
-    add("--frontend-shutdown-timeout", type=float, default=30.0,
-        help="Seconds in-flight HTTP requests may take to finish after SIGTERM.")
+    add("--frontend-shutdown-timeout", type=float, default=None,
+        help="Older spelling, HTTP frontend only: when given it wins over --shutdown-timeout "
+             "for the frontend's drain (the worker keeps --shutdown-timeout).")
     add("--connect-engine", default=None, metavar="ADDRESS",
         help="Use the running `hybridllm worker` at ADDRESS (unix:///path.sock or host:port) "
              "instead of loading the engine in this process.")
@@ -134,6 +135,14 @@ class ServeOptions:
     ssl_keyfile: str | None = None
 
 
+def shutdown_timeout(args: argparse.Namespace) -> float:
+    """One flag governs the drain after SIGTERM, --shutdown-timeout; the older
+    --frontend-shutdown-timeout still works, and wins for the HTTP frontend when given."""
+    if args.frontend_shutdown_timeout is not None:
+        return float(args.frontend_shutdown_timeout)
+    return float(getattr(args, "shutdown_timeout", ServeOptions.shutdown_timeout_s))
+
+
 def frontend_options(args: argparse.Namespace) -> ServeOptions:
     """The frontend's options from the parsed serve flags."""
     smn = getattr(args, "served_model_name", None)
@@ -151,7 +160,7 @@ def frontend_options(args: argparse.Namespace) -> ServeOptions:
         max_log_len=args.max_log_len,
         engine_connect_timeout_s=args.engine_connect_timeout,
         disable_log_requests=args.disable_log_requests,
-        shutdown_timeout_s=args.frontend_shutdown_timeout,
+        shutdown_timeout_s=shutdown_timeout(args),
         max_tokens_limit=args.max_tokens_limit,
         responses_store_size=args.responses_store_size,
         ssl_certfile=_abspath(args.ssl_certfile),
