@@ -34,11 +34,15 @@ pub async fn tls_config(tls: &Tls) -> anyhow::Result<RustlsConfig> {
 const FLUSH_AFTER_DEADLINE: Duration = Duration::from_millis(500);
 
 /// Serves until SIGTERM/SIGINT, then lets in-flight requests finish for at most `grace`.
+/// `header_read`: hyper closes a connection whose request head has not fully come in by then
+/// (a slowloris); its timer runs from when the connection waits for a head, so it also
+/// closes a keep-alive connection idle that long between requests.
 pub async fn run(
     listener: std::net::TcpListener,
     app: Router,
     tls: Option<RustlsConfig>,
     grace: Duration,
+    header_read: Option<Duration>,
 ) -> anyhow::Result<()> {
     let handle: Handle<SocketAddr> = Handle::new();
     let on_signal = handle.clone();
@@ -57,13 +61,21 @@ pub async fn run(
     match tls {
         None => {
             let mut server = server.acceptor(NoDelayAcceptor::new());
-            server.http_builder().http1().max_headers(HYPER_MAX_HEADERS);
+            server
+                .http_builder()
+                .http1()
+                .max_headers(HYPER_MAX_HEADERS)
+                .header_read_timeout(header_read);
             server.serve(service).await?
         }
         Some(config) => {
             let acceptor = RustlsAcceptor::new(config).acceptor(NoDelayAcceptor::new());
             let mut server = server.acceptor(acceptor);
-            server.http_builder().http1().max_headers(HYPER_MAX_HEADERS);
+            server
+                .http_builder()
+                .http1()
+                .max_headers(HYPER_MAX_HEADERS)
+                .header_read_timeout(header_read);
             server.serve(service).await?
         }
     }

@@ -95,6 +95,10 @@ def add_frontend_args(parser: argparse.ArgumentParser) -> None:
     add("--frontend-shutdown-timeout", type=float, default=None,
         help="Older spelling, HTTP frontend only: when given it wins over --shutdown-timeout "
              "for the frontend's drain (the worker keeps --shutdown-timeout).")
+    add("--header-read-timeout", type=float, default=10.0,
+        help="Rust frontend: seconds a connection has to send a whole request head, and the "
+             "longest a keep-alive connection may idle between requests (hyper's "
+             "header_read_timeout); a slowloris is closed after it. 0 disables it.")
     add("--connect-engine", default=None, metavar="ADDRESS",
         help="Use the running `hybridllm worker` at ADDRESS (unix:///path.sock or host:port) "
              "instead of loading the engine in this process.")
@@ -129,6 +133,7 @@ class ServeOptions:
     engine_connect_timeout_s: float = 60.0
     disable_log_requests: bool = False
     shutdown_timeout_s: float = 30.0
+    header_read_timeout_s: float = 10.0
     max_tokens_limit: int | None = None
     responses_store_size: int = 1000
     ssl_certfile: str | None = None
@@ -161,6 +166,7 @@ def frontend_options(args: argparse.Namespace) -> ServeOptions:
         engine_connect_timeout_s=args.engine_connect_timeout,
         disable_log_requests=args.disable_log_requests,
         shutdown_timeout_s=shutdown_timeout(args),
+        header_read_timeout_s=args.header_read_timeout,
         max_tokens_limit=args.max_tokens_limit,
         responses_store_size=args.responses_store_size,
         ssl_certfile=_abspath(args.ssl_certfile),
