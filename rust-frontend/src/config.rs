@@ -16,6 +16,7 @@
 //!   "engine_connect_timeout_s": 60,           // how long to retry GetModelInfo at start-up
 //!   "disable_log_requests": false,
 //!   "shutdown_timeout_s": 30,                 // drain time for in-flight requests on SIGTERM
+//!   "header_read_timeout_s": 10,              // a request head (or a keep-alive's next) in time
 //!   "max_tokens_limit": null,                 // operator cap on max_tokens (400 above it)
 //!   "responses_store_size": 1000,             // /v1/responses objects kept (LRU; 0: none)
 //!   "disable_playground": false,              // no page at GET /
@@ -50,6 +51,8 @@ pub struct ServeConfig {
     pub engine_connect_timeout_s: f64,
     pub disable_log_requests: bool,
     pub shutdown_timeout_s: f64,
+    /// 0 disables it.
+    pub header_read_timeout_s: f64,
     pub max_tokens_limit: Option<u32>,
     pub responses_store_size: usize,
     pub disable_playground: bool,
@@ -76,6 +79,7 @@ impl Default for ServeConfig {
             engine_connect_timeout_s: 60.0,
             disable_log_requests: false,
             shutdown_timeout_s: 30.0,
+            header_read_timeout_s: 10.0,
             max_tokens_limit: None,
             responses_store_size: 1000,
             disable_playground: false,

@@ -101,6 +101,13 @@ impl ApiError {
             Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled => {
                 ApiError::Unavailable(format!("The engine is unavailable: {}", s.message()))
             }
+            // A status made here from a transport error (the worker's connection dropped
+            // mid-stream, as when it is killed) carries its source; one sent by the worker
+            // does not. The former is an unavailable engine, not a server bug.
+            _ if std::error::Error::source(&s).is_some() => ApiError::Unavailable(format!(
+                "The engine is unavailable: the connection to it was lost ({})",
+                s.message()
+            )),
             _ => ApiError::Internal(format!("Engine error: {}", s.message())),
         }
     }
@@ -154,5 +161,14 @@ mod tests {
         let resp = e.into_response();
         assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(resp.headers()["retry-after"], RETRY_AFTER_S);
+    }
+
+    #[test]
+    fn lost_connection_is_503_worker_error_is_500() {
+        let lost = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
+        let e = ApiError::from_status(tonic::Status::from_error(Box::new(lost)));
+        assert_eq!(e.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let e = ApiError::from_status(tonic::Status::unknown("worker bug"));
+        assert_eq!(e.status(), StatusCode::INTERNAL_SERVER_ERROR);
     }
 }

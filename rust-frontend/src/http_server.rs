@@ -30,19 +30,30 @@ pub async fn tls_config(tls: &Tls) -> anyhow::Result<RustlsConfig> {
         })
 }
 
+/// Time for the error events of streams cut at the drain deadline to reach their clients.
+const FLUSH_AFTER_DEADLINE: Duration = Duration::from_millis(500);
+
 /// Serves until SIGTERM/SIGINT, then lets in-flight requests finish for at most `grace`.
+/// `header_read`: hyper closes a connection whose request head has not fully come in by then
+/// (a slowloris); its timer runs from when the connection waits for a head, so it also
+/// closes a keep-alive connection idle that long between requests.
 pub async fn run(
     listener: std::net::TcpListener,
     app: Router,
     tls: Option<RustlsConfig>,
     grace: Duration,
+    header_read: Option<Duration>,
 ) -> anyhow::Result<()> {
     let handle: Handle<SocketAddr> = Handle::new();
     let on_signal = handle.clone();
     tokio::spawn(async move {
         shutdown_signal().await;
         tracing::info!("shutting down: no new connections, draining in-flight requests");
-        on_signal.graceful_shutdown(Some(grace));
+        // At `grace` the streams still open end with an error event (shutdown.rs); the
+        // connections are closed a moment later, once those events are written.
+        on_signal.graceful_shutdown(Some(grace + FLUSH_AFTER_DEADLINE));
+        tokio::time::sleep(grace).await;
+        crate::shutdown::deadline_passed();
     });
     let service = app.into_make_service();
     let server = axum_server::from_tcp(listener)?.handle(handle).http1_only();
@@ -50,13 +61,21 @@ pub async fn run(
     match tls {
         None => {
             let mut server = server.acceptor(NoDelayAcceptor::new());
-            server.http_builder().http1().max_headers(HYPER_MAX_HEADERS);
+            server
+                .http_builder()
+                .http1()
+                .max_headers(HYPER_MAX_HEADERS)
+                .header_read_timeout(header_read);
             server.serve(service).await?
         }
         Some(config) => {
             let acceptor = RustlsAcceptor::new(config).acceptor(NoDelayAcceptor::new());
             let mut server = server.acceptor(acceptor);
-            server.http_builder().http1().max_headers(HYPER_MAX_HEADERS);
+            server
+                .http_builder()
+                .http1()
+                .max_headers(HYPER_MAX_HEADERS)
+                .header_read_timeout(header_read);
             server.serve(service).await?
         }
     }

@@ -16,6 +16,7 @@ mod openai;
 mod response_store;
 mod routes;
 mod server;
+mod shutdown;
 mod state;
 #[cfg(test)]
 mod testing;

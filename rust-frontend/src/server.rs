@@ -178,5 +178,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let scheme = if tls.is_some() { "https" } else { "http" };
     tracing::info!("listening on {scheme}://{}", listener.local_addr()?);
     let grace = Duration::from_secs_f64(state.config.shutdown_timeout_s.max(0.0));
-    http_server::run(listener, router(state), tls, grace).await
+    let head = state.config.header_read_timeout_s;
+    let header_read = (head > 0.0).then(|| Duration::from_secs_f64(head));
+    http_server::run(listener, router(state), tls, grace, header_read).await
 }

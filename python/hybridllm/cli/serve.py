@@ -207,13 +207,15 @@ def run_rust_frontend(args: argparse.Namespace) -> int:
             stop.wait(0.5)
         return 0
     finally:
-        frontend.stop(timeout=args.shutdown_timeout + 5)
+        # Our copy of the listening socket would keep taking connections into its backlog
+        # that nobody accepts while the frontend drains: close it, so that they are refused.
+        sock.close()
+        frontend.stop(timeout=options.shutdown_timeout_s + 5)
         for w in workers:  # all at once: they drain in parallel
             if w.poll() is None:
                 w.send_signal(signal.SIGTERM)
         for w in workers:
             terminate(w, timeout=args.shutdown_timeout + 5)
-        sock.close()
 
 
 def _name(rank: int, n: int) -> str:

@@ -96,8 +96,13 @@ def add_frontend_args(parser: argparse.ArgumentParser) -> None:
     add("--disable-log-requests", action="store_true")
     add("--engine-connect-timeout", type=float, default=60.0,
         help="Seconds to wait for an external engine worker to answer at start-up.")
-    add("--frontend-shutdown-timeout", type=float, default=30.0,
-        help="Seconds in-flight HTTP requests may take to finish after SIGTERM.")
+    add("--frontend-shutdown-timeout", type=float, default=None,
+        help="Older spelling, HTTP frontend only: when given it wins over --shutdown-timeout "
+             "for the frontend's drain (the worker keeps --shutdown-timeout).")
+    add("--header-read-timeout", type=float, default=10.0,
+        help="Rust frontend: seconds a connection has to send a whole request head, and the "
+             "longest a keep-alive connection may idle between requests (hyper's "
+             "header_read_timeout); a slowloris is closed after it. 0 disables it.")
     add("--connect-engine", default=None, metavar="ADDRESS",
         help="Use the running `hybridllm worker` at ADDRESS (unix:///path.sock or host:port) "
              "instead of loading the engine in this process.")
@@ -132,12 +137,21 @@ class ServeOptions:
     engine_connect_timeout_s: float = 60.0
     disable_log_requests: bool = False
     shutdown_timeout_s: float = 30.0
+    header_read_timeout_s: float = 10.0
     max_tokens_limit: int | None = None
     responses_store_size: int = 1000
     disable_playground: bool = False
     max_beam_width: int = 16
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
+
+
+def shutdown_timeout(args: argparse.Namespace) -> float:
+    """One flag governs the drain after SIGTERM, --shutdown-timeout; the older
+    --frontend-shutdown-timeout still works, and wins for the HTTP frontend when given."""
+    if args.frontend_shutdown_timeout is not None:
+        return float(args.frontend_shutdown_timeout)
+    return float(getattr(args, "shutdown_timeout", ServeOptions.shutdown_timeout_s))
 
 
 def frontend_options(args: argparse.Namespace) -> ServeOptions:
@@ -157,7 +171,8 @@ def frontend_options(args: argparse.Namespace) -> ServeOptions:
         max_log_len=args.max_log_len,
         engine_connect_timeout_s=args.engine_connect_timeout,
         disable_log_requests=args.disable_log_requests,
-        shutdown_timeout_s=args.frontend_shutdown_timeout,
+        shutdown_timeout_s=shutdown_timeout(args),
+        header_read_timeout_s=args.header_read_timeout,
         max_tokens_limit=args.max_tokens_limit,
         responses_store_size=args.responses_store_size,
         disable_playground=args.disable_playground,

@@ -21,6 +21,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hybridllm.entrypoints.engine_client import EngineClient
+from hybridllm.entrypoints.engine_watchdog import EngineWatchdog
 from hybridllm.entrypoints.openai import (
     serving_chat,
     serving_completions,
@@ -29,6 +30,7 @@ from hybridllm.entrypoints.openai import (
     serving_responses,
     serving_tokenizer_info,
 )
+from hybridllm.entrypoints.openai.disconnect import ClientDisconnected
 from hybridllm.entrypoints.openai.errors import UNAUTHORIZED, ApiError, internal
 from hybridllm.entrypoints.openai.limits import H11_MAX_HEADER_BLOCK, HeaderLimitMiddleware
 from hybridllm.entrypoints.openai.metrics import Metrics
@@ -113,6 +115,10 @@ def build_app(engine: EngineClient, opts: ServeOptions | None = None,
     async def api_error(request: Request, e: ApiError) -> Response:
         return e.response()
 
+    @app.exception_handler(ClientDisconnected)
+    async def hung_up(request: Request, e: ClientDisconnected) -> Response:
+        return Response(status_code=499)  # nobody is left to read it (nginx's code)
+
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, e: StarletteHTTPException) -> Response:
         if e.status_code == 404:
@@ -178,5 +184,13 @@ def run_python_server(args: argparse.Namespace) -> int:
     # handlers that were there before: a no-op one makes a drained server exit 0.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: None)
-    asyncio.run(server.serve(sockets=[sock]))
-    return 0 if server.started else 1
+    watchdog = EngineWatchdog(engine, server) if args.connect_engine else None
+
+    async def serve() -> None:
+        watch = asyncio.create_task(watchdog.run()) if watchdog else None
+        await server.serve(sockets=[sock])
+        if watch:
+            watch.cancel()
+
+    asyncio.run(serve())
+    return 0 if server.started and not (watchdog and watchdog.lost) else 1

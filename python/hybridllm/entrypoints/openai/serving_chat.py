@@ -8,6 +8,7 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
+from hybridllm.entrypoints.openai.disconnect import unless_disconnected
 from hybridllm.entrypoints.openai.errors import bad, json_response
 from hybridllm.entrypoints.openai.generate import (
     GenRequest,
@@ -58,7 +59,7 @@ async def chat_completions(request: Request) -> Response:
     rid, created, model, n = new_id("chatcmpl"), now(), state.served_names[0], params.n
     top_n, want_lp = params.logprobs or 0, params.logprobs is not None
     gens = [GenRequest(rid, ids, params, max_tokens)]
-    prompts, events = await generate_many(state, gens)
+    prompts, events = await unless_disconnected(request, generate_many(state, gens))
 
     def logprobs(lps: list[Any]) -> Any:
         return {"content": chat_content(state.tokenizer, lps, top_n)} if want_lp else None

@@ -9,6 +9,7 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
+from hybridllm.entrypoints.openai.disconnect import unless_disconnected
 from hybridllm.entrypoints.openai.errors import bad, json_response
 from hybridllm.entrypoints.openai.generate import (
     GenRequest,
@@ -94,7 +95,7 @@ async def completions(request: Request) -> Response:
         gens.append(GenRequest(f"{rid}-{i}", ids, params, max_tokens))
     created, model, n, tok = now(), state.served_names[0], params.n, state.tokenizer
     top_n, want_lp = params.logprobs or 0, params.logprobs is not None
-    prompts, events = await generate_many(state, gens)
+    prompts, events = await unless_disconnected(request, generate_many(state, gens))
     if req.stream:
         usage = req.stream_options is not None and req.stream_options.include_usage
         head = {"id": rid, "object": "text_completion", "created": created, "model": model}

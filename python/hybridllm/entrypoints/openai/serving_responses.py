@@ -14,6 +14,7 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
+from hybridllm.entrypoints.openai.disconnect import unless_disconnected
 from hybridllm.entrypoints.openai.errors import ApiError, bad, json_response
 from hybridllm.entrypoints.openai.generate import (
     Events,
@@ -116,7 +117,8 @@ async def create_response(request: Request) -> Response:
     ids, max_tokens = await _fit_prompt(state, req.instructions, conversation,
                                         params.max_tokens, auto)
     head = ResponseHead(req, state.served_names[0])
-    prompts, events = await generate_many(state, [GenRequest(head.id, ids, params, max_tokens)])
+    gen = generate_many(state, [GenRequest(head.id, ids, params, max_tokens)])
+    prompts, events = await unless_disconnected(request, gen)
     to_store = _ToStore(owner, inp.items, conversation)
     if req.stream:
         return SSEResponse(_stream(state, events, prompts, head, to_store), framed=True)
