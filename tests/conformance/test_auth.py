@@ -10,7 +10,7 @@ import pytest
 from tests.conformance.conftest import API_KEY
 from tests.reliability.routes import python_routes, rust_routes
 
-OPEN = {"/health", "/version"}
+OPEN = {"/health", "/version", "/"}  # "/": the playground page (its calls need the key)
 UNAUTHORIZED = {"error": {"message": "Unauthorized: a valid API key is required "
                                      "(Authorization: Bearer <key>).",
                           "type": "AuthenticationError", "param": None, "code": 401}}

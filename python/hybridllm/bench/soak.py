@@ -14,9 +14,10 @@ import os
 import re
 import time
 
-# What asyncio, tokio or our own code print when a task or stream was leaked.
+# What asyncio prints when a task or coroutine was leaked. (Not a bare "leak": triton's
+# nanobind reports its own bindings as "leaked" when the interpreter exits.)
 LEAK_WARNINGS = re.compile(r"Task was destroyed but it is pending|was never awaited|"
-                           r"Task exception was never retrieved|leak", re.I)
+                           r"Task exception was never retrieved")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
