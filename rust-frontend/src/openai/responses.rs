@@ -145,8 +145,10 @@ pub async fn create(
         choice.finish.reason,
         c.usage.to_responses_json(),
     );
-    store(&state, &head, to_store, obj.clone(), &choice.text);
-    Ok(axum::Json(obj).into_response())
+    // Serialized before it moves into the store: no copy of the object's tree.
+    let body = axum::Json(&obj).into_response();
+    store(&state, &head, to_store, obj, &choice.text);
+    Ok(body)
 }
 
 /// Numbers the events of one stream.
@@ -156,6 +158,24 @@ impl Sequence {
     fn next(&mut self) -> u64 {
         self.0 += 1;
         self.0 - 1
+    }
+
+    /// An event carrying the whole response object, serialized from a borrow (no copy of
+    /// the object's tree per event).
+    fn with_response(&mut self, kind: &'static str, response: &Value) -> bytes::Bytes {
+        #[derive(serde::Serialize)]
+        struct Event<'a> {
+            #[serde(rename = "type")]
+            kind: &'static str,
+            sequence_number: u64,
+            response: &'a Value,
+        }
+        let event = Event {
+            kind,
+            sequence_number: self.next(),
+            response,
+        };
+        named_frame(kind, &event)
     }
 
     /// The event `kind` with `body`'s fields, its type and its number.
@@ -177,8 +197,8 @@ fn stream_response(
     let s = async_stream::stream! {
         let mut seq = Sequence(0);
         let pending = head.object("in_progress", vec![], Value::Null);
-        yield seq.event("response.created", json!({"response": pending}));
-        yield seq.event("response.in_progress", json!({"response": pending}));
+        yield seq.with_response("response.created", &pending);
+        yield seq.with_response("response.in_progress", &pending);
         yield seq.event("response.output_item.added", json!({"output_index": 0, "item": head.item("in_progress", None)}));
         let part = |text: &str| json!({"item_id": head.item_id, "output_index": 0, "content_index": 0, "part": output_text(text)});
         yield seq.event("response.content_part.added", part(""));
@@ -221,7 +241,7 @@ fn stream_response(
         yield seq.event("response.output_item.done", json!({"output_index": 0, "item": head.item(st, Some(&text))}));
         let done = head.finished(&text, finish, usage.to_responses_json());
         let last = if st == "incomplete" { "response.incomplete" } else { "response.completed" };
-        yield seq.event(last, json!({"response": done}));
+        yield seq.with_response(last, &done);
         store(&state, &head, to_store, done, &text);
     };
     sse_events_response(s)
