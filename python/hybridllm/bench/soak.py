@@ -55,6 +55,19 @@ def sample(pids: dict[str, list[int]]) -> dict[str, dict[str, int]]:
             for role, ps in pids.items() if ps and role != "supervisor"}
 
 
+def settled(pids: dict[str, list[int]], samples: int = 5, gap_s: float = 0.25) -> dict:
+    """After a round: five samples 0.25 s apart once the last hang-ups had a second. RSS is
+    the smallest (memory still held when idle, not a free the allocator has yet to hand
+    back), the fd count the last."""
+    time.sleep(1.0)
+    seen = []
+    for _ in range(samples):
+        seen.append(sample(pids))
+        time.sleep(gap_s)
+    return {role: {"rss_kib": min(s[role]["rss_kib"] for s in seen),
+                   "fds": seen[-1][role]["fds"]} for role in seen[-1]}
+
+
 def run(args: argparse.Namespace) -> int:
     from hybridllm.bench.client import build_payload
     from hybridllm.bench.datasets import load_tokenizer, random_prompts
@@ -76,8 +89,7 @@ def run(args: argparse.Namespace) -> int:
         for r in range(args.rounds + 1):
             s = run_level(server.base_url + "/v1/chat/completions", payloads, float("inf"),
                           args.requests, 0, None, False, None, client)
-            time.sleep(1.0)  # let the last hang-ups and frees settle
-            now = sample(server.pids)
+            now = settled(server.pids)
             row = {"round": r, "completed": s["completed"], "failed": s["failed"],
                    "output_tokens": s["total_output_tokens"], "duration_s": s["duration_s"],
                    **{f"{k}_{m}": v[m] for k, v in now.items() for m in v}}
