@@ -86,6 +86,16 @@ def child_pids(pid: int) -> list[int]:
     return [int(p) for p in out.split()]
 
 
+def process_tree(pid: int) -> list[int]:
+    """pid and every process below it."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += child_pids(p)
+    return out
+
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

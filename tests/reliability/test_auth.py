@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.conftest import child_pids
+from tests.e2e.conftest import process_tree
 from tests.reliability.conftest import API_KEY, KINDS, MOCK, Server, start, stop
 from tests.reliability.routes import routes
 
@@ -47,15 +47,6 @@ def test_every_route_refuses_a_missing_key(server: Server) -> None:
     print(f"\n{server.kind}: {len(table)} routes, {len(table) - len(OPEN)} refuse without a key")
 
 
-def _tree(pid: int) -> list[int]:
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo += child_pids(p)
-    return out
-
-
 def _read(path: str) -> bytes:
     with open(path, "rb") as f:
         return f.read()
@@ -79,7 +70,7 @@ def test_keys_from_flags_and_environment_stay_secret(kind: str, model_path: Path
         assert httpx.get(srv.url + "/metrics").status_code == 200  # --metrics-no-auth
         httpx.post(srv.url + "/v1/completions", json={"prompt": "hi", "max_tokens": 2},
                    headers={"Authorization": f"Bearer {env_keys[0]}"}).raise_for_status()
-        children = _tree(srv.proc.pid)[1:]
+        children = process_tree(srv.proc.pid)[1:]
         if kind == "rust":  # the worker and the frontend
             assert len(children) == 2, children
         for pid in children:

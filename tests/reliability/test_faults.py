@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 
 from hybridllm.entrypoints.rust_frontend import bind_listen_socket
-from tests.e2e.conftest import child_pids, free_port
+from tests.e2e.conftest import free_port, process_tree
 from tests.reliability.conftest import API_KEY, Server
 from tests.worker.conftest import start_worker
 from tests.worker.conftest import stop as stop_worker
@@ -49,11 +49,8 @@ def _serve(tmp: Path, *flags: str, rust: bool = True) -> Server:
 
 
 def _tree(pid: int) -> list[int]:
-    """Every descendant of pid (children first)."""
-    out = []
-    for child in child_pids(pid):
-        out += [child, *_tree(child)]
-    return out
+    """Every descendant of pid."""
+    return process_tree(pid)[1:]
 
 
 def _running(pid: int) -> bool:

@@ -19,19 +19,10 @@ import httpx
 import openai
 import pytest
 
-from tests.e2e.conftest import alive, child_pids, free_port
+from tests.e2e.conftest import alive, child_pids, free_port, process_tree
 
 INTERVAL, THRESHOLD = 0.5, 3
 Q = [{"role": "user", "content": "What is the capital of France?"}]
-
-
-def _tree(pid: int) -> list[int]:
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo += child_pids(p)
-    return out
 
 
 class Supervised:
@@ -64,7 +55,7 @@ class Supervised:
         raise AssertionError(f"not healthy:\n{self.log.read_text()[-4000:]}")
 
     def kill_all(self) -> None:
-        for p in _tree(self.proc.pid)[::-1]:
+        for p in process_tree(self.proc.pid)[::-1]:
             try:
                 os.kill(p, signal.SIGKILL)
             except ProcessLookupError:
@@ -111,7 +102,7 @@ def test_two_ranks_serve_and_a_dead_rank_stops_all(supervised: Supervised) -> No
     assert "[dp rank 0] hybridllm serve: mode rust (data-parallel rank 0)" in log
     assert "[dp rank 1] hybridllm serve: mode rust (data-parallel rank 1)" in log
 
-    everything = _tree(s.proc.pid)
+    everything = process_tree(s.proc.pid)
     rank1 = health["ranks"][1]["pid"]
     worker = next(p for p in child_pids(rank1)
                   if b"worker" in Path(f"/proc/{p}/cmdline").read_bytes())
@@ -142,7 +133,7 @@ def test_two_ranks_serve_and_a_dead_rank_stops_all(supervised: Supervised) -> No
 def test_sigterm_drains_every_rank(supervised: Supervised) -> None:
     s = supervised
     health = s.wait_healthy()
-    everything = _tree(s.proc.pid)
+    everything = process_tree(s.proc.pid)
     assert len([r for r in health["ranks"] if r["healthy"]]) == 2
     s.proc.send_signal(signal.SIGTERM)
     assert s.proc.wait(timeout=60) == 0, s.log.read_text()[-3000:]
