@@ -57,7 +57,7 @@ def truncation_auto(req: ResponsesRequest) -> bool:
     """`truncation: "auto"` drops the oldest turns of a prompt that does not fit."""
     if req.truncation in (None, "disabled", "auto"):
         return req.truncation == "auto"
-    raise bad(f'truncation must be "auto" or "disabled", got {_json(req.truncation)}.',
+    raise bad(f'truncation must be "auto" or "disabled", got {quote_json(req.truncation)}.',
               "truncation")
 
 
@@ -117,7 +117,7 @@ def read_input(value: Any) -> Input:
             raise bad(f"input[{i}] must be an object.", "input")
         kind = item.get("type")  # null is the same as absent
         if kind is not None and kind != "message":
-            shown = _json(kind) if isinstance(kind, str) else "<not a string>"
+            shown = quote_json(kind) if isinstance(kind, str) else "<not a string>"
             raise bad(f"input[{i}]: item type {shown} is not supported (only messages).",
                       "input")
         role = item.get("role")
@@ -133,7 +133,7 @@ def read_input(value: Any) -> Input:
                 t = p.get("type") if isinstance(p, dict) else None
                 text = p.get("text") if isinstance(p, dict) else None
                 if t not in ("input_text", "output_text") or not isinstance(text, str):
-                    shown = _json(t) if isinstance(t, str) else "<missing>"
+                    shown = quote_json(t) if isinstance(t, str) else "<missing>"
                     raise bad(f"input[{i}].content[{j}]: content part type {shown} is not "
                               "supported (text only).", "input")
                 parts.append((t, text))
@@ -163,5 +163,6 @@ def _one(role: str, parts: list[tuple[str, str]]) -> Input:
     )
 
 
-def _json(s: str) -> str:
+def quote_json(s: str) -> str:
+    """A string quoted as the Rust frontend's json!(s) writes it in a message."""
     return json.dumps(s, ensure_ascii=False)

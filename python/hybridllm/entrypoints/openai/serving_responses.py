@@ -4,7 +4,6 @@ responses: GET and DELETE /v1/responses/{response_id}, GET .../input_items."""
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from hybridllm.entrypoints.openai.protocol import ResponsesRequest, TemplateArgs
 from hybridllm.entrypoints.openai.responses_input import (
     check_metadata,
     check_unsupported,
+    quote_json,
     read_input,
     sampling,
     truncation_auto,
@@ -218,24 +218,21 @@ async def list_input_items(request: Request, response_id: str) -> Response:
     q = request.query_params
     order = q.get("order", "desc")
     if order not in ("asc", "desc"):
-        raise bad(f'order must be "asc" or "desc", got {_json(order)}.', "order")
+        raise bad(f'order must be "asc" or "desc", got {quote_json(order)}.', "order")
     items = r.input_items[::-1] if order == "desc" else list(r.input_items)
     raw = q.get("limit")
     limit = 20 if raw is None else int(raw) if raw.isdigit() and raw.isascii() else 0
     if not 1 <= limit <= 100:
-        raise bad(f"limit must be an integer in [1, 100], got {_json(raw or '')}.", "limit")
+        raise bad(f"limit must be an integer in [1, 100], got {quote_json(raw or '')}.", "limit")
     after = q.get("after")
     if after is not None:
         at = next((i for i, it in enumerate(items) if it["id"] == after), None)
         if at is None:
-            raise bad(f"after: no input item with id {_json(after)} in this response.", "after")
+            raise bad(f"after: no input item with id {quote_json(after)} in this response.",
+                      "after")
         items = items[at + 1:]
     page = items[:limit]
     return json_response({"object": "list", "data": page,
                           "first_id": page[0]["id"] if page else None,
                           "last_id": page[-1]["id"] if page else None,
                           "has_more": len(items) > limit})
-
-
-def _json(s: str) -> str:
-    return json.dumps(s, ensure_ascii=False)
