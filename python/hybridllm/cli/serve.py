@@ -170,7 +170,7 @@ def run_rust_frontend(args: argparse.Namespace) -> int:
         RustFrontendProcessManager,
         bind_listen_socket,
         spawn,
-        terminate,
+        wait_or_kill,
     )
     from hybridllm.server.grpc_client import wait_until_serving
 
@@ -215,7 +215,7 @@ def run_rust_frontend(args: argparse.Namespace) -> int:
             if w.poll() is None:
                 w.send_signal(signal.SIGTERM)
         for w in workers:
-            terminate(w, timeout=args.shutdown_timeout + 5)
+            wait_or_kill(w, timeout=args.shutdown_timeout + 5)
 
 
 def _name(rank: int, n: int) -> str:

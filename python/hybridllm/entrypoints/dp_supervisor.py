@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from hybridllm.entrypoints.rust_frontend import PARENT_PID_ENV, terminate
+from hybridllm.entrypoints.rust_frontend import PARENT_PID_ENV, wait_or_kill
 
 STOP_OTHERS_TIMEOUT_S = 5.0  # after a rank failed: how long the others get to stop
 
@@ -158,9 +158,13 @@ class DPSupervisor:
                 r.proc.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
         for r in self.ranks:
-            terminate(r.proc, max(0.1, deadline - time.monotonic()))
+            wait_or_kill(r.proc, max(0.1, deadline - time.monotonic()))
             if r.reader is not None:
                 r.reader.join(timeout=2)
+        for r in self.ranks:
+            if r.proc.returncode != 0:
+                print(f"hybridllm: data-parallel rank {r.rank} exited with status "
+                      f"{r.proc.returncode}", flush=True)
         return 0 if all(r.proc.returncode == 0 for r in self.ranks) else 1
 
 

@@ -291,6 +291,13 @@ def terminate(proc: subprocess.Popen[bytes] | None, timeout: float) -> None:
     if proc is None or proc.poll() is not None:
         return
     proc.send_signal(signal.SIGTERM)
+    wait_or_kill(proc, timeout)
+
+
+def wait_or_kill(proc: subprocess.Popen[bytes], timeout: float) -> None:
+    """Wait for a child already sent SIGTERM; SIGKILL it after timeout seconds. Never a
+    second SIGTERM: a Python child that is past its own shutdown has given back its handler,
+    and would die of it with status -15."""
     try:
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
