@@ -1,7 +1,8 @@
 """A model runner with no model, for measuring everything around the forward pass.
 
 The scheduler, KV-cache manager, engine loop, gRPC and HTTP layers all run for real; only the
-forward pass is replaced by a fixed wait and a deterministic token per sequence.
+forward pass is replaced by a fixed wait and a deterministic token per sequence (and, where a
+request asks for them, made-up logprobs of the same shape as the real sampler's).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import torch
 from hybridllm.config import EngineConfig
 from hybridllm.executor.kv_cache import num_kv_blocks
 from hybridllm.models.pooler import normalize_rows
+from hybridllm.outputs import Logprob, LogprobsDict
+from hybridllm.sequence import Sequence
 from hybridllm.step_types import PoolingSchedulerOutput, SamplerOutput, SchedulerOutput, StepResult
 
 # Ordinary word-piece ids (no special tokens), cycled through by position.
@@ -44,8 +47,11 @@ class MockModelRunner:
         _take_step_time(self.step_s, while_running)
         seqs = [item.seq for item in sched.scheduled if item.samples]
         tokens = [_FIRST_TOKEN + s.num_tokens % _NUM_TOKENS for s in seqs]
-        none: list[None] = [None] * len(seqs)
-        result = StepResult(SamplerOutput(tokens, list(none), list(none)), seqs, {})
+        logprobs = [None if s.params.logprobs is None else _entry(t, s.params.logprobs)
+                    for s, t in zip(seqs, tokens)]
+        sampled = [None if e is None else _CHOSEN_LOGPROB for e in logprobs]
+        result = StepResult(SamplerOutput(tokens, logprobs, sampled), seqs,
+                            _prompt_logprobs(sched))
         if sched.has_beams:  # beam rows: made-up continuations, each less likely than the last
             result.beam_candidates = {
                 i: ([-0.5 * (j + 1) for j in range(s.beam_topk)],
@@ -53,6 +59,33 @@ class MockModelRunner:
                 for i, (s, t) in enumerate(zip(seqs, tokens)) if s.beam_topk
             }
         return result
+
+
+_CHOSEN_LOGPROB = -0.5
+
+
+def _entry(chosen: int, k: int) -> LogprobsDict:
+    """The chosen token first (rank 1), then the next k - 1 ids, each less likely."""
+    entry = {chosen: Logprob(_CHOSEN_LOGPROB, 1)}
+    for j in range(1, k):
+        other = _FIRST_TOKEN + (chosen - _FIRST_TOKEN + j) % _NUM_TOKENS
+        entry[other] = Logprob(_CHOSEN_LOGPROB - j, j + 1)
+    return entry
+
+
+def _prompt_logprobs(sched: SchedulerOutput) -> dict[int, tuple[int, list[LogprobsDict]]]:
+    """As the model runner reports them: per sequence that asked, the first position this
+    chunk predicts and one entry per prompt token it predicts."""
+    out: dict[int, tuple[int, list[LogprobsDict]]] = {}
+    for item in sched.scheduled:
+        seq: Sequence = item.seq
+        start = seq.num_computed_tokens
+        end = min(start + item.num_new_tokens, seq.num_prompt_tokens - 1)
+        if seq.params.prompt_logprobs is None or seq.index != 0 or start >= end:
+            continue
+        k = seq.params.prompt_logprobs
+        out[seq.seq_id] = (start + 1, [_entry(t, k) for t in seq.token_ids[start + 1:end + 1]])
+    return out
 
 
 class MockPoolingRunner:
