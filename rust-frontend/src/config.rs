@@ -17,6 +17,7 @@
 //!   "disable_log_requests": false,
 //!   "shutdown_timeout_s": 30,                 // drain time for in-flight requests on SIGTERM
 //!   "header_read_timeout_s": 10,              // a request head (or a keep-alive's next) in time
+//!   "send_timeout_s": 60,                     // a write to the client stalled longer: closed
 //!   "max_tokens_limit": null,                 // operator cap on max_tokens (400 above it)
 //!   "responses_store_size": 1000,             // /v1/responses objects kept (LRU; 0: none)
 //!   "disable_playground": false,              // no page at GET /
@@ -53,6 +54,8 @@ pub struct ServeConfig {
     pub shutdown_timeout_s: f64,
     /// 0 disables it.
     pub header_read_timeout_s: f64,
+    /// 0 disables it.
+    pub send_timeout_s: f64,
     pub max_tokens_limit: Option<u32>,
     pub responses_store_size: usize,
     pub disable_playground: bool,
@@ -80,6 +83,7 @@ impl Default for ServeConfig {
             disable_log_requests: false,
             shutdown_timeout_s: 30.0,
             header_read_timeout_s: 10.0,
+            send_timeout_s: 60.0,
             max_tokens_limit: None,
             responses_store_size: 1000,
             disable_playground: false,

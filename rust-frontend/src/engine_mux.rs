@@ -4,6 +4,10 @@
 //! shared call the worker sends one message per engine step carrying every request's delta.
 //! Requests queued while the previous message was being written go out together. The call
 //! is opened on first use and again after it ends (worker restart, drain).
+//!
+//! Each request's responses wait in a bounded buffer until its handler takes them; a stream
+//! whose client stopped reading stops being polled, and once `STREAM_BUFFER` responses are
+//! waiting the request is aborted in the worker and its stream ends with an error.
 use crate::engine::{Engine, ResponseStream};
 use crate::engine_client::{pb, EngineClient};
 use futures_util::Stream;
@@ -16,6 +20,10 @@ use tonic::{Code, Status};
 
 type Delivery = Result<pb::GenerateResponse, Status>;
 
+/// Engine responses (one per step) a request may have waiting unread; one more slot is kept
+/// for the error that ends an overflowing stream.
+pub const STREAM_BUFFER: usize = 1024;
+
 #[derive(Debug, PartialEq)]
 enum Outgoing {
     Generate(Box<pb::GenerateRequest>),
@@ -26,7 +34,7 @@ enum Outgoing {
 struct Call {
     outbox: mpsc::UnboundedSender<Outgoing>,
     /// Where each running request's responses go; `None` once the call has ended.
-    routes: Mutex<Option<HashMap<String, mpsc::UnboundedSender<Delivery>>>>,
+    routes: Mutex<Option<HashMap<String, mpsc::Sender<Delivery>>>>,
 }
 
 impl Call {
@@ -42,7 +50,7 @@ impl Call {
 
     /// Routes the responses for `request_id` to a new stream; None once the call has ended.
     fn route(self: &Arc<Self>, request_id: &str) -> Option<RequestStream> {
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::channel(STREAM_BUFFER + 1);
         self.routes
             .lock()
             .unwrap()
@@ -62,14 +70,28 @@ impl Call {
             return;
         };
         for resp in batch.responses {
-            let route = if resp.finished {
-                routes.remove(&resp.request_id)
-            } else {
-                routes.get(&resp.request_id).cloned()
-            };
             // No route: the request was aborted here and the worker had already produced this.
-            if let Some(route) = route {
-                let _ = route.send(Ok(resp));
+            let Some(route) = routes.get(&resp.request_id) else {
+                continue;
+            };
+            let id = resp.request_id.clone();
+            // The last slot is only ever taken by a final response or the overflow error.
+            if resp.finished || route.capacity() > 1 {
+                let finished = resp.finished;
+                let _ = route.try_send(Ok(resp));
+                if finished {
+                    routes.remove(&id);
+                }
+            } else {
+                let _ = route.try_send(Err(Status::cancelled(format!(
+                    "request aborted: its client read none of its last {STREAM_BUFFER} responses"
+                ))));
+                routes.remove(&id);
+                tracing::warn!(
+                    "request {id} aborted: its client read none of its last {STREAM_BUFFER} \
+                     responses"
+                );
+                let _ = self.outbox.send(Outgoing::Abort(id));
             }
         }
     }
@@ -77,7 +99,7 @@ impl Call {
     fn fail(&self, status: Status) {
         let routes = self.routes.lock().unwrap().take();
         for (_, route) in routes.into_iter().flatten() {
-            let _ = route.send(Err(status.clone()));
+            let _ = route.try_send(Err(status.clone())); // the last slot is free
         }
     }
 }
@@ -201,7 +223,7 @@ impl Engine for EngineMux {
 /// One request's responses. Dropped before the engine finished it (client gone, stop
 /// string matched), it aborts the request in the worker.
 pub struct RequestStream {
-    rx: mpsc::UnboundedReceiver<Delivery>,
+    rx: mpsc::Receiver<Delivery>,
     call: Arc<Call>,
     request_id: String,
     finished: bool,

@@ -1,12 +1,16 @@
 //! The HTTP server around the router (axum-server, on hyper): the listening socket, TLS
-//! (rustls) when a certificate and key are given, HTTP/1 limits, TCP_NODELAY and graceful
-//! shutdown bounded by `shutdown_timeout_s`.
+//! (rustls) when a certificate and key are given, HTTP/1 limits, TCP_NODELAY, a send timeout
+//! and graceful shutdown bounded by `shutdown_timeout_s`.
 use axum::Router;
-use axum_server::accept::NoDelayAcceptor;
+use axum_server::accept::Accept;
 use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
 use axum_server::Handle;
+use std::future::Ready;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::time::Duration;
+use tokio::net::TcpStream;
+use tokio_io_timeout::TimeoutStream;
 
 /// hyper answers more header fields than this with its own bare 431; up to it, `limits.rs`
 /// answers with an OpenAI error body (its limit is lower).
@@ -30,20 +34,60 @@ pub async fn tls_config(tls: &Tls) -> anyhow::Result<RustlsConfig> {
         })
 }
 
+/// Connection timers; `None` disables one.
+pub struct Timeouts {
+    /// Drain time after SIGTERM.
+    pub grace: Duration,
+    /// hyper closes a connection whose request head has not fully come in by then (a
+    /// slowloris); its timer runs from when the connection waits for a head, so it also
+    /// closes a keep-alive connection idle that long between requests.
+    pub header_read: Option<Duration>,
+    /// A write to the client that makes no progress for this long fails and the connection
+    /// is closed (nginx's `send_timeout`): a client that stopped reading its stream. Dropping
+    /// the response aborts its request in the engine.
+    pub send: Option<Duration>,
+}
+
+/// Accepted TCP connections get TCP_NODELAY (else Nagle holds each small SSE chunk until the
+/// previous one is acked) and the send timeout. Under TLS it wraps the TCP stream, so a
+/// stalled encrypted write times out too.
+#[derive(Clone, Copy)]
+struct TcpAcceptor {
+    send: Option<Duration>,
+}
+
+type Conn = Pin<Box<TimeoutStream<TcpStream>>>;
+
+impl<S> Accept<TcpStream, S> for TcpAcceptor {
+    type Stream = Conn;
+    type Service = S;
+    type Future = Ready<std::io::Result<(Conn, S)>>;
+
+    fn accept(&self, stream: TcpStream, service: S) -> Self::Future {
+        std::future::ready(stream.set_nodelay(true).map(|()| {
+            let mut stream = TimeoutStream::new(stream);
+            stream.set_write_timeout(self.send);
+            (Box::pin(stream), service)
+        }))
+    }
+}
+
 /// Time for the error events of streams cut at the drain deadline to reach their clients.
 const FLUSH_AFTER_DEADLINE: Duration = Duration::from_millis(500);
 
-/// Serves until SIGTERM/SIGINT, then lets in-flight requests finish for at most `grace`.
-/// `header_read`: hyper closes a connection whose request head has not fully come in by then
-/// (a slowloris); its timer runs from when the connection waits for a head, so it also
-/// closes a keep-alive connection idle that long between requests.
+/// Serves until SIGTERM/SIGINT, then lets in-flight requests finish for at most
+/// `timeouts.grace`.
 pub async fn run(
     listener: std::net::TcpListener,
     app: Router,
     tls: Option<RustlsConfig>,
-    grace: Duration,
-    header_read: Option<Duration>,
+    timeouts: Timeouts,
 ) -> anyhow::Result<()> {
+    let Timeouts {
+        grace,
+        header_read,
+        send,
+    } = timeouts;
     let handle: Handle<SocketAddr> = Handle::new();
     let on_signal = handle.clone();
     tokio::spawn(async move {
@@ -57,10 +101,10 @@ pub async fn run(
     });
     let service = app.into_make_service();
     let server = axum_server::from_tcp(listener)?.handle(handle).http1_only();
-    // Without TCP_NODELAY, Nagle holds each small SSE chunk until the previous one is acked.
+    let tcp = TcpAcceptor { send };
     match tls {
         None => {
-            let mut server = server.acceptor(NoDelayAcceptor::new());
+            let mut server = server.acceptor(tcp);
             server
                 .http_builder()
                 .http1()
@@ -69,8 +113,7 @@ pub async fn run(
             server.serve(service).await?
         }
         Some(config) => {
-            let acceptor = RustlsAcceptor::new(config).acceptor(NoDelayAcceptor::new());
-            let mut server = server.acceptor(acceptor);
+            let mut server = server.acceptor(RustlsAcceptor::new(config).acceptor(tcp));
             server
                 .http_builder()
                 .http1()

@@ -178,7 +178,11 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let scheme = if tls.is_some() { "https" } else { "http" };
     tracing::info!("listening on {scheme}://{}", listener.local_addr()?);
     let grace = Duration::from_secs_f64(state.config.shutdown_timeout_s.max(0.0));
-    let head = state.config.header_read_timeout_s;
-    let header_read = (head > 0.0).then(|| Duration::from_secs_f64(head));
-    http_server::run(listener, router(state), tls, grace, header_read).await
+    let enabled = |s: f64| (s > 0.0).then(|| Duration::from_secs_f64(s));
+    let timeouts = http_server::Timeouts {
+        grace,
+        header_read: enabled(state.config.header_read_timeout_s),
+        send: enabled(state.config.send_timeout_s),
+    };
+    http_server::run(listener, router(state), tls, timeouts).await
 }

@@ -8,7 +8,13 @@ import grpc
 import pytest
 
 from hybridllm.proto import engine_pb2 as pb
-from hybridllm.server.engine_mux import EngineCallError, EngineMux, OnEnd, OnResponse
+from hybridllm.server.engine_mux import (
+    STREAM_BUFFER,
+    EngineCallError,
+    EngineMux,
+    OnEnd,
+    OnResponse,
+)
 
 
 class ScriptedStream:
@@ -176,3 +182,35 @@ async def test_embed_is_one_response_and_cancelling_it_aborts_once() -> None:
         await refused
     assert (e.value.code, e.value.message) == ("FAILED_PRECONDITION", "generative model")
     assert streams[0].aborted == ["f"]
+
+
+async def test_a_request_nobody_reads_is_aborted_at_its_buffer() -> None:
+    mux, streams = make_mux()
+    a, b = mux.generate(req("a")), mux.generate(req("b"))
+    first_a = asyncio.ensure_future(a.__anext__())
+    first_b = asyncio.ensure_future(b.__anext__())
+    await asyncio.sleep(0)
+    (stream,) = streams
+    steps = STREAM_BUFFER + 5
+    got_b = []
+    for t in range(steps):  # b is read every step, a never after its first
+        stream.respond(delta("a", t), delta("b", t))
+        got_b.append(await (first_b if t == 0 else b.__anext__()))
+    assert [m.sequences[0].token_ids[0] for m in got_b] == list(range(steps))
+    assert stream.aborted == ["a"]  # once, when its buffer was full
+    got_a = [(await first_a).sequences[0].token_ids[0]]
+    with pytest.raises(EngineCallError) as err:
+        async for m in a:
+            got_a.append(m.sequences[0].token_ids[0])
+    assert got_a == list(range(STREAM_BUFFER + 1))  # the first was taken before the stall
+    assert err.value.code == "CANCELLED"
+    assert err.value.message == (
+        f"request aborted: its client read none of its last {STREAM_BUFFER} responses")
+    assert stream.aborted == ["a"]
+    # b's final response still arrives after a full buffer.
+    for t in range(STREAM_BUFFER):
+        stream.respond(delta("b", t))
+    stream.respond(delta("b", 7, finished=True))
+    rest = [m async for m in b]
+    assert len(rest) == STREAM_BUFFER + 1 and rest[-1].finished
+    assert stream.aborted == ["a"]

@@ -103,6 +103,10 @@ def add_frontend_args(parser: argparse.ArgumentParser) -> None:
         help="Rust frontend: seconds a connection has to send a whole request head, and the "
              "longest a keep-alive connection may idle between requests (hyper's "
              "header_read_timeout); a slowloris is closed after it. 0 disables it.")
+    add("--send-timeout", type=float, default=60.0,
+        help="Rust frontend: seconds a write to a client may make no progress before the "
+             "connection is closed and its request aborted (a client that stopped reading "
+             "its stream; nginx's send_timeout). 0 disables it.")
     add("--connect-engine", default=None, metavar="ADDRESS",
         help="Use the running `hybridllm worker` at ADDRESS (unix:///path.sock or host:port) "
              "instead of loading the engine in this process.")
@@ -138,6 +142,7 @@ class ServeOptions:
     disable_log_requests: bool = False
     shutdown_timeout_s: float = 30.0
     header_read_timeout_s: float = 10.0
+    send_timeout_s: float = 60.0
     max_tokens_limit: int | None = None
     responses_store_size: int = 1000
     disable_playground: bool = False
@@ -173,6 +178,7 @@ def frontend_options(args: argparse.Namespace) -> ServeOptions:
         disable_log_requests=args.disable_log_requests,
         shutdown_timeout_s=shutdown_timeout(args),
         header_read_timeout_s=args.header_read_timeout,
+        send_timeout_s=args.send_timeout,
         max_tokens_limit=args.max_tokens_limit,
         responses_store_size=args.responses_store_size,
         disable_playground=args.disable_playground,

@@ -5,7 +5,9 @@ Requests and aborts go out on the call; each message back carries what one engin
 produced for its requests, and the mux routes each response by request id to its request's
 queue. Closing a request's iterator before its last response aborts it in the engine. When
 the call ends, every request still routed fails with the call's status, and the next request
-opens a new call (worker restart, drain).
+opens a new call (worker restart, drain). A request whose reader has left STREAM_BUFFER
+responses waiting (a client that stopped reading its stream) is aborted, its iterator ending
+with CANCELLED.
 
 The call is a worker's, over gRPC (grpc_client.GrpcGenerateStream), or a GenerateStreamCall
 driven in this process, which hands its messages over unserialized: the same messages either
@@ -15,6 +17,7 @@ way, so a frontend behaves the same on both.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
@@ -37,6 +40,11 @@ OnEnd = Callable[[EngineCallError], None]
 _Route = Callable[["pb.GenerateResponse | EngineCallError"], None]
 
 _CODE_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
+
+# Engine responses (one per step) a request may have waiting unread, as in the Rust frontend.
+STREAM_BUFFER = 1024
+
+logger = logging.getLogger(__name__)
 
 
 class GenerateStream(Protocol):
@@ -110,7 +118,20 @@ class EngineMux:
         if rid in routes:  # its responses could not be told from the running one's
             raise EngineCallError("INVALID_ARGUMENT", f"request id {rid!r} is already in use.")
         queue: asyncio.Queue[pb.GenerateResponse | EngineCallError] = asyncio.Queue()
-        routes[rid] = queue.put_nowait
+
+        def route(item: pb.GenerateResponse | EngineCallError) -> None:
+            if (queue.qsize() < STREAM_BUFFER or isinstance(item, EngineCallError)
+                    or item.finished):
+                queue.put_nowait(item)
+                return
+            del routes[rid]
+            call.stream.abort(rid)
+            message = f"request aborted: its client read none of its last {STREAM_BUFFER} " \
+                "responses"
+            logger.warning("request %s %s", rid, message.removeprefix("request "))
+            queue.put_nowait(EngineCallError("CANCELLED", message))
+
+        routes[rid] = route
         send(call.stream)
         finished = False
         try:

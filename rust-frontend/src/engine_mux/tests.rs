@@ -181,3 +181,45 @@ async fn embed_is_answered_by_one_response_and_dropping_it_early_aborts() {
     assert_eq!((msg.embed.len(), msg.abort), (1, vec!["f".to_string()]));
     assert!(call.routes.lock().unwrap().as_ref().unwrap().is_empty());
 }
+
+#[test]
+fn an_unread_stream_is_aborted_after_its_buffer() {
+    let (call, mut inbox) = Call::new();
+    let mut a = call.route("a").unwrap();
+    let mut b = call.route("b").unwrap();
+    let steps = STREAM_BUFFER as u32 + 5;
+    for t in 0..steps {
+        // b is read every step, a never.
+        call.dispatch(batch(vec![resp("a", t, false), resp("b", t, false)]));
+        assert_eq!(drain(&mut b), [format!("token {t}")]);
+    }
+    // a: aborted in the worker once, when its buffer was full; nothing buffered beyond it.
+    assert_eq!(inbox.try_recv().unwrap(), Outgoing::Abort("a".into()));
+    assert!(inbox.try_recv().is_err());
+    let got = drain(&mut a);
+    assert_eq!(got.len(), STREAM_BUFFER + 2);
+    assert_eq!(
+        got[STREAM_BUFFER - 1],
+        format!("token {}", STREAM_BUFFER - 1)
+    );
+    assert_eq!(
+        got[STREAM_BUFFER..],
+        [
+            format!(
+                "error Cancelled request aborted: its client read none of its last \
+                 {STREAM_BUFFER} responses"
+            ),
+            "end".to_string()
+        ]
+    );
+    drop(a); // already aborted: no second abort
+    assert!(inbox.try_recv().is_err());
+    // b carries on, and its final response still fits after a full buffer.
+    for t in 0..STREAM_BUFFER as u32 {
+        call.dispatch(batch(vec![resp("b", t, false)]));
+    }
+    call.dispatch(batch(vec![resp("b", 7, true)]));
+    let got = drain(&mut b);
+    assert_eq!(got.len(), STREAM_BUFFER + 2);
+    assert_eq!(got[STREAM_BUFFER..], ["token 7", "end"]);
+}
