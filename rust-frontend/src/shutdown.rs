@@ -1,8 +1,13 @@
 //! The drain deadline after SIGTERM: in-flight streams get `shutdown_timeout_s` to finish;
 //! at the deadline each one still open ends with an error event (and its engine request is
-//! aborted) rather than being cut silently when the server closes its connections.
+//! aborted) rather than being cut silently when the server closes its connections, and a
+//! request whose body is still being collected is answered 503.
 use std::sync::OnceLock;
 use tokio::sync::watch;
+
+/// The error of a request still running when the drain time after SIGTERM is over.
+pub const SHUTDOWN_CUT: &str = "The server is shutting down and this request did not finish \
+     within its --shutdown-timeout; it was aborted.";
 
 /// Process-wide, as the signal is: one server per process.
 static PASSED: OnceLock<watch::Sender<bool>> = OnceLock::new();

@@ -1,7 +1,8 @@
 """SIGTERM under load (`serve --rust-frontend`, mock engine so that the timings are exact: 20 ms
 a step). New connections are refused or answered 503; requests that can finish within
 --shutdown-timeout do, whole; streams still running at the timeout end with an error event
-(their engine requests aborted), not a silent cut; then `serve` exits 0."""
+(chat/completions and /v1/responses alike; their engine requests aborted), not a silent cut,
+and a non-streamed request still running then is answered 503; then `serve` exits 0."""
 
 from __future__ import annotations
 
@@ -36,6 +37,21 @@ def _stream(url: str, max_tokens: int, started: threading.Event) -> tuple[list[s
     return lines, time.monotonic()
 
 
+def _responses_stream(url: str, max_tokens: int, started: threading.Event
+                      ) -> tuple[list[dict], float]:
+    """The events of one /v1/responses stream, and when its connection ended."""
+    events = []
+    with httpx.stream("POST", url + "/v1/responses", headers=AUTH, timeout=60, json={
+            "input": "Hello", "max_output_tokens": max_tokens, "ignore_eos": True,
+            "stream": True}) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                events.append(json.loads(line[6:]))
+                started.set()
+    return events, time.monotonic()
+
+
 def _new_request_refused(url: str) -> str:
     try:
         r = httpx.get(url + "/health", timeout=2)
@@ -51,17 +67,19 @@ def test_sigterm_drains_then_cuts_with_an_error_event(model_path: Path, tmp_path
                 "--api-key", API_KEY)
     tree = _tree(srv.proc.pid)
     try:
-        with ThreadPoolExecutor(5) as pool:
-            events = [threading.Event() for _ in range(4)]
+        with ThreadPoolExecutor(7) as pool:
+            events = [threading.Event() for _ in range(5)]
             shorts = [pool.submit(_stream, srv.url, SHORT, e) for e in events[:2]]
-            longs = [pool.submit(_stream, srv.url, LONG, e) for e in events[2:]]
-            plain = pool.submit(httpx.post, srv.url + "/v1/completions", headers=AUTH,
-                                timeout=60, json={"prompt": "Hello", "max_tokens": SHORT,
-                                                  "ignore_eos": True})
+            longs = [pool.submit(_stream, srv.url, LONG, e) for e in events[2:4]]
+            long_responses = pool.submit(_responses_stream, srv.url, LONG, events[4])
+            plain, plain_long = (
+                pool.submit(httpx.post, srv.url + "/v1/completions", headers=AUTH, timeout=60,
+                            json={"prompt": "Hello", "max_tokens": n, "ignore_eos": True})
+                for n in (SHORT, LONG))
             for e in events:
                 assert e.wait(30), "a stream never started"
             deadline = time.monotonic() + 30
-            while _metric(srv.url, "num_requests_running") < 5:  # the plain one too
+            while _metric(srv.url, "num_requests_running") < 7:  # the plain ones too
                 assert time.monotonic() < deadline
                 time.sleep(0.02)
             t0 = time.monotonic()
@@ -83,6 +101,16 @@ def test_sigterm_drains_then_cuts_with_an_error_event(model_path: Path, tmp_path
                 assert len(lines) - 2 < LONG
                 cut = ended - t0
                 assert TIMEOUT_S - 0.1 < cut < TIMEOUT_S + 1.5, cut
+            events_r, ended = long_responses.result(timeout=30)
+            assert events_r[-1]["type"] == "error", events_r[-2:]
+            assert events_r[-1]["code"] == "ServiceUnavailableError"
+            assert "--shutdown-timeout" in events_r[-1]["message"]
+            assert [e["sequence_number"] for e in events_r] == list(range(len(events_r)))
+            assert TIMEOUT_S - 0.1 < ended - t0 < TIMEOUT_S + 1.5, ended - t0
+            r = plain_long.result(timeout=30)
+            assert r.status_code == 503, r.text
+            error = r.json()["error"]
+            assert error["code"] == 503 and "--shutdown-timeout" in error["message"]
         code = srv.proc.wait(timeout=TIMEOUT_S + 10)
         exited = time.monotonic() - t0
         print(f"\nSIGTERM under load (Rust frontend, --shutdown-timeout {TIMEOUT_S}): new "

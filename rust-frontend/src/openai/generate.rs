@@ -2,9 +2,12 @@
 //! The worker's responses become text events (text_deltas), and the engine request lives
 //! exactly as long as the consumer: dropping the returned stream (client gone, response
 //! body dropped) drops the engine's response stream, which aborts the request in the worker.
+//! At the drain deadline after SIGTERM the stream ends with `SHUTDOWN_CUT` (an error event
+//! for a stream, a 503 for a collected body), for every endpoint alike.
 use super::text_deltas::{GenEvent, TextDeltas};
 use crate::engine_client::pb;
 use crate::errors::ApiError;
+use crate::shutdown::SHUTDOWN_CUT;
 use crate::state::AppState;
 use crate::validation::GenParams;
 use futures_util::{Stream, StreamExt};
@@ -70,14 +73,13 @@ pub async fn generate(
         }),
     };
     let mut stream = state.engine.generate(grpc_req);
-    let first = match stream.next().await {
-        Some(Ok(m)) => m,
+    let first = match next_before_deadline(&mut stream).await? {
+        Some(m) => m,
         None => {
             return Err(ApiError::Internal(
                 "the engine closed the stream without output".into(),
             ))
         }
-        Some(Err(s)) => return Err(ApiError::from_status(s)),
     };
     let mut deltas = TextDeltas::new(state.clone(), &req.prompt_ids, &req.params, start);
     Ok(async_stream::stream! {
@@ -91,16 +93,28 @@ pub async fn generate(
             if deltas.all_finished() {
                 break;
             }
-            match stream.next().await {
-                Some(Ok(m)) => msg = m,
-                None => { yield Err(ApiError::Internal("the engine stream ended early".into())); break; }
-                Some(Err(s)) => { yield Err(ApiError::from_status(s)); break; }
+            match next_before_deadline(&mut stream).await {
+                Ok(Some(m)) => msg = m,
+                Ok(None) => { yield Err(ApiError::Internal("the engine stream ended early".into())); break; }
+                Err(e) => { yield Err(e); break; }
             }
         }
         // Dropping `stream` (here, or mid-await when the client goes away) aborts the request
         // if the engine still runs it.
         drop(stream);
     })
+}
+
+/// The engine's next response (None: the stream ended), or the error that ends the request:
+/// the engine's, or the shutdown's once the drain time is over (the caller then drops the
+/// stream, which aborts the request).
+async fn next_before_deadline(
+    stream: &mut crate::engine::ResponseStream,
+) -> Result<Option<pb::GenerateResponse>, ApiError> {
+    tokio::select! {
+        next = stream.next() => next.transpose().map_err(ApiError::from_status),
+        () = crate::shutdown::deadline() => Err(ApiError::Unavailable(SHUTDOWN_CUT.into())),
+    }
 }
 
 /// Starts one engine request per prompt and merges their events, tagged with the prompt index.

@@ -33,10 +33,6 @@ pub fn named_frame<T: Serialize + ?Sized>(event: &str, v: &T) -> Bytes {
 
 pub const DONE: &[u8] = b"data: [DONE]\n\n";
 
-/// The error event of a stream still running when the drain time after SIGTERM is over.
-pub const SHUTDOWN_CUT: &str = "The server is shutting down and this request did not finish \
-     within its --shutdown-timeout; it was aborted.";
-
 /// The envelope of every streamed chunk, borrowed from the request's `ChunkHead`: serialized
 /// without building a JSON tree per token. Field order is the wire order.
 #[derive(Serialize)]
@@ -84,29 +80,20 @@ impl ChunkHead {
 }
 
 /// Wraps a stream of framed chunks (see `frame`); the stream (and so the engine call) lives
-/// as long as the body.
+/// as long as the body. An error (the engine's, or the drain deadline's: generate.rs) ends
+/// its request's events; `[DONE]` comes after the last request's.
 pub fn sse_response<S>(chunks: S) -> Response
 where
     S: Stream<Item = Result<Bytes, ApiError>> + Send + 'static,
 {
     let body = async_stream::stream! {
         let mut chunks = std::pin::pin!(chunks);
-        let mut deadline = std::pin::pin!(crate::shutdown::deadline());
-        loop {
-            tokio::select! {
-                c = chunks.next() => match c {
-                    Some(Ok(b)) => yield b,
-                    Some(Err(e)) => {
-                        tracing::warn!("stream failed: {e}");
-                        yield frame(&e.body());
-                    }
-                    None => break,
-                },
-                // Past the drain time after SIGTERM: say so, and drop `chunks` (which aborts
-                // the engine request) rather than be cut off mid-stream.
-                _ = &mut deadline => {
-                    yield frame(&ApiError::Unavailable(SHUTDOWN_CUT.into()).body());
-                    break;
+        while let Some(c) = chunks.next().await {
+            match c {
+                Ok(b) => yield b,
+                Err(e) => {
+                    tracing::warn!("stream failed: {e}");
+                    yield frame(&e.body());
                 }
             }
         }
