@@ -80,7 +80,7 @@ async def chat_completions(request: Request) -> Response:
 
         return SSEResponse(stream_chunks(head, usage, events, prompts, n, want_lp, first, choice))
 
-    choices = await collect(events, prompts, n)
+    choices = await unless_disconnected(request, collect(events, prompts, n))
     return json_response({
         "id": rid, "object": "chat.completion", "created": created, "model": model,
         "choices": [{

@@ -124,7 +124,7 @@ async def completions(request: Request) -> Response:
         return SSEResponse(stream_chunks(head, usage, events, prompts, n, want_lp, first, choice,
                                          echo_with_logprobs if echo_lp else None))
 
-    choices = await collect(events, prompts, n)
+    choices = await unless_disconnected(request, collect(events, prompts, n))
     return json_response({
         "id": rid, "object": "text_completion", "created": created, "model": model,
         "choices": [{

@@ -122,7 +122,7 @@ async def create_response(request: Request) -> Response:
     to_store = _ToStore(owner, inp.items, conversation)
     if req.stream:
         return SSEResponse(_stream(state, events, prompts, head, to_store), framed=True)
-    c = (await collect(events, prompts, 1))[0]
+    c = (await unless_disconnected(request, collect(events, prompts, 1)))[0]
     p = prompts[0]
     obj = head.finished(c.text, c.finish.reason, usage_json(p.prompt_tokens, p.cached_tokens,
                                                             c.tokens))
