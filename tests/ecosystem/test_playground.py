@@ -47,13 +47,19 @@ def server(model_path: Path, tmp_path_factory) -> Iterator[Server]:
     assert stop_serve(srv) == 0
 
 
-def _reply_lengths(driver: webdriver.Chrome, seconds: float) -> list[int]:
-    out, end = [], time.monotonic() + seconds
-    while time.monotonic() < end:
-        replies = driver.find_elements(By.CSS_SELECTOR, ".msg.assistant")
-        out.append(len(replies[-1].text) if replies else 0)
-        time.sleep(0.05)
-    return out
+# Records the last reply's length at every change of the page, in the page itself: what the
+# reader saw on the way, however slow the machine (polling from here can miss the stream).
+WATCH_REPLY = """
+window.replyLengths = [];
+new MutationObserver(() => {
+  const r = document.querySelectorAll('.msg.assistant');
+  if (r.length) window.replyLengths.push(r[r.length - 1].textContent.length);
+}).observe(document.body, {subtree: true, childList: true, characterData: true});
+"""
+LAST_REPLY_LENGTH = """
+const r = document.querySelectorAll('.msg.assistant');
+return r[r.length - 1].textContent.length;
+"""
 
 
 def _send(driver: webdriver.Chrome, text: str) -> None:
@@ -70,14 +76,15 @@ def test_chat_streams_and_stops_in_a_browser(browser: webdriver.Chrome, server: 
     d.find_element(By.ID, "system").send_keys("You are a helpful assistant.")
     d.execute_script("document.getElementById('max_tokens').value = '48';"
                      "document.getElementById('temperature').value = '0';")
+    d.execute_script(WATCH_REPLY)
     _send(d, "What is the capital of France?")
-    lengths = _reply_lengths(d, 0.5)
     wait.until(lambda d: not d.find_element(By.ID, "send").get_attribute("disabled"))
-    lengths += _reply_lengths(d, 0.1)
     final = d.find_elements(By.CSS_SELECTOR, ".msg.assistant")[-1].text
     assert final and "Paris" in final, final
     # Streamed: the reply was seen at several lengths on its way, not all at once.
-    assert len({n for n in lengths if 0 < n < len(final)}) >= 2, lengths
+    lengths, full = d.execute_script("return window.replyLengths"), d.execute_script(
+        LAST_REPLY_LENGTH)
+    assert len({n for n in lengths if 0 < n < full}) >= 2, (lengths, full)
     d.execute_script("document.getElementById('max_tokens').value = '400';"
                      "document.getElementById('temperature').value = '0.8';")
     _send(d, "Write a long story about a lighthouse keeper.")
