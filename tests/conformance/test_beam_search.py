@@ -73,6 +73,10 @@ BEAM_ERRORS: list[tuple[str, str, int, str | None]] = [
      "use_beam_search does not support streaming: set stream to false."),
     (P, '{"prompt":"hi","use_beam_search":true,"n":17}', 400,
      "n (the beam width) must be at most 16 (the server's --max-beam-width), got 17."),
+    # Within --max-beam-width but wider than the engine's --max-num-seqs 8 (ENGINE_FLAGS).
+    (C, '{"messages":' + HI + ',"use_beam_search":true,"n":9}', 400,
+     "n (the beam width) must be at most 8 (the engine's --max-num-seqs: a beam search runs "
+     "n sequences at once), got 9."),
     (P, '{"prompt":"hi","use_beam_search":true,"n":0}', 400, None),
     (P, '{"prompt":"hi","use_beam_search":true,"temperature":0.7}', 400,
      "temperature must be 0 with use_beam_search, got 0.7."),
