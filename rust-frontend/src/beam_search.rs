@@ -7,12 +7,14 @@ use crate::validation::SamplingRequest;
 
 /// The beam-search parameters of a request, or None when it does not ask for beam search.
 /// `logprobs` is the endpoint's parsed top-k (chat: top_logprobs when logprobs is true).
-/// `max_tokens` is filled in once the prompt length is known.
+/// `max_tokens` is filled in once the prompt length is known. `max_num_seqs` is the
+/// engine's (ModelInfo; 0 from a worker that does not say).
 pub fn beam_params(
     req: &SamplingRequest,
     stream: bool,
     logprobs: Option<i64>,
     max_beam_width: u32,
+    max_num_seqs: u32,
 ) -> Result<Option<pb::BeamSearchParams>, ApiError> {
     if !req.use_beam_search.unwrap_or(false) {
         return Ok(None);
@@ -30,6 +32,16 @@ pub fn beam_params(
             format!(
                 "n (the beam width) must be at most {max_beam_width} (the server's \
                  --max-beam-width), got {n}."
+            ),
+        ));
+    }
+    // The engine would refuse it: a beam group runs n sequences at once.
+    if max_num_seqs > 0 && n > max_num_seqs as i64 {
+        return Err(ApiError::bad_param(
+            "n",
+            format!(
+                "n (the beam width) must be at most {max_num_seqs} (the engine's \
+                 --max-num-seqs: a beam search runs n sequences at once), got {n}."
             ),
         ));
     }
@@ -70,7 +82,7 @@ mod tests {
     }
 
     fn refused_param(json: serde_json::Value, stream: bool, logprobs: Option<i64>) -> String {
-        match beam_params(&req(json), stream, logprobs, 16) {
+        match beam_params(&req(json), stream, logprobs, 16, 8) {
             Err(ApiError::BadRequest { param, .. }) => param.unwrap(),
             other => panic!("expected a 400, got {other:?}"),
         }
@@ -79,7 +91,7 @@ mod tests {
     #[test]
     fn beam_search_only_when_asked() {
         assert!(
-            beam_params(&req(serde_json::json!({"n": 4})), true, Some(3), 16)
+            beam_params(&req(serde_json::json!({"n": 4})), true, Some(3), 16, 8)
                 .unwrap()
                 .is_none()
         );
@@ -89,7 +101,7 @@ mod tests {
     fn n_is_the_beam_width() {
         let j = serde_json::json!({"use_beam_search": true, "n": 4, "ignore_eos": true,
                                    "length_penalty": 0.5, "include_stop_str_in_output": true});
-        let b = beam_params(&req(j), false, None, 16).unwrap().unwrap();
+        let b = beam_params(&req(j), false, None, 16, 8).unwrap().unwrap();
         assert_eq!(
             (
                 b.beam_width,
@@ -104,8 +116,13 @@ mod tests {
             false,
             None,
             16,
+            8,
         );
         assert_eq!(d.unwrap().unwrap().length_penalty, 1.0);
+        // A worker that does not report max_num_seqs (0) leaves n to --max-beam-width.
+        let wide = req(serde_json::json!({"use_beam_search": true, "n": 9}));
+        let b = beam_params(&wide, false, None, 16, 0).unwrap().unwrap();
+        assert_eq!(b.beam_width, 9);
     }
 
     #[test]
@@ -123,6 +140,10 @@ mod tests {
         );
         assert_eq!(
             refused_param(on(serde_json::json!({"n": 17})), false, None),
+            "n"
+        );
+        assert_eq!(
+            refused_param(on(serde_json::json!({"n": 9})), false, None),
             "n"
         );
         let hot = on(serde_json::json!({"temperature": 0.7}));

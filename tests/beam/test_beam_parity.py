@@ -1,7 +1,8 @@
 """LLM.beam_search equals transformers' beam search (`generate(num_beams=k,
 num_return_sequences=k, do_sample=False)`), token for token and in order: with ignore_eos for
-24 tokens, and with EOS allowed on short chat answers under early_stopping False / True /
-True and length penalties 0.5 and 2.0. A differing beam must be a near-tie (1e-4)."""
+24 tokens, and with EOS allowed on short chat answers under every combination of
+early_stopping False / True and length penalty 0.5 / 2.0. A differing beam must be a near-tie
+(1e-4)."""
 
 from __future__ import annotations
 
@@ -62,10 +63,13 @@ def test_ignore_eos_equals_transformers(k: int, llm: LLM, hf_model, tokenizer) -
             assert abs(s.cum_logprob / 24 - hf_score(hf_model, ids, g, True, 1.0)) < 1e-4
 
 
-@pytest.mark.parametrize(
-    ("k", "early_stopping", "length_penalty"),
-    [(2, False, 0.5), (4, True, 2.0)],
-)
+# The full grid early_stopping {False, True} x length_penalty {0.5, 2.0} at k=4, and two of
+# its corners again at k=2.
+EOS_GRID = [(4, es, lp) for es in (False, True) for lp in (0.5, 2.0)] + [
+    (2, False, 0.5), (2, True, 2.0)]
+
+
+@pytest.mark.parametrize(("k", "early_stopping", "length_penalty"), EOS_GRID)
 def test_eos_allowed_equals_transformers(
     k: int, early_stopping: bool | str, length_penalty: float, llm: LLM, hf_model,
     chat_prompts: list[list[int]],

@@ -78,3 +78,48 @@ def test_bad_params_name_the_field(kwargs: dict, field: str) -> None:
     base = {"beam_width": 2, "max_tokens": 4}
     with pytest.raises(ValueError, match=field):
         BeamSearchParams(**{**base, **kwargs})
+
+
+def test_running_set_within_max_num_seqs(model_path) -> None:
+    """max_num_seqs 6: beam groups of width 4 and 2 count as 4 and 2 sequences from their
+    admission on, so their forks never push the running set past 6 while plain requests (n=1,
+    n=2) mix in; every request still gets what it gets alone."""
+    llm = LLM(model=str(model_path), max_num_seqs=6)
+    engine = llm.engine
+    params = {
+        "b4": BeamSearchParams(beam_width=4, max_tokens=6, ignore_eos=True),
+        "b2": BeamSearchParams(beam_width=2, max_tokens=6, ignore_eos=True),
+        "s1": SamplingParams(temperature=0, max_tokens=6, min_tokens=6),
+        "s2": SamplingParams(temperature=0.8, seed=7, n=2, max_tokens=6, min_tokens=6),
+        "b4x": BeamSearchParams(beam_width=4, max_tokens=6, ignore_eos=True),
+    }
+    alone = {}
+    for i, (rid, p) in enumerate(params.items()):
+        engine.add_request(rid, PROMPTS[i], p)
+        while engine.has_unfinished_requests():
+            for out in engine.step():
+                alone[rid] = out
+    for i, (rid, p) in enumerate(params.items()):
+        engine.add_request(f"{rid}-mixed", PROMPTS[i], p)
+    sizes, done = [], {}
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            done[out.request_id.removesuffix("-mixed")] = out
+        sizes.append(len(engine.scheduler.running))
+        assert sizes[-1] <= 6, sizes
+        assert engine.scheduler.num_seats <= 6
+    assert max(sizes) == 6, sizes  # the limit is reached, not just kept
+    for rid, out in alone.items():
+        assert [o.token_ids for o in done[rid].outputs] == [o.token_ids for o in out.outputs]
+        assert len(out.outputs) == {"b4": 4, "b2": 2, "s1": 1, "s2": 2, "b4x": 4}[rid]
+    assert engine.scheduler.num_seats == 0
+    assert engine.kv.num_free_blocks == engine.kv.num_blocks
+
+
+def test_beam_wider_than_max_num_seqs_is_refused(model_path) -> None:
+    llm = LLM(model=str(model_path), max_num_seqs=3)
+    with pytest.raises(ValueError, match=r"beam_width \(4\) must be at most max_num_seqs \(3"):
+        llm.beam_search(PROMPTS[0], BeamSearchParams(beam_width=4, max_tokens=4))
+    assert not llm.engine.has_unfinished_requests()
+    out = llm.beam_search(PROMPTS[0], BeamSearchParams(beam_width=3, max_tokens=4))
+    assert len(out[0].sequences) == 3

@@ -4,7 +4,9 @@ There are no separate prefill and decode phases: a step's batch mixes decode tok
 prompt chunks. When KV blocks run out, the most recently arrived running sequence is
 preempted by recompute (its blocks freed, its tokens prefilled again later); a beam is
 preempted with its whole group. A beam that has its step's candidates waits (no tokens)
-until the rest of its group has them too.
+until the rest of its group has them too. A beam group holds `beam_width` of max_num_seqs'
+seats from its first running beam to its last, so its forks never push the running set
+past max_num_seqs (nor the model runner's batch rows).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ class Scheduler:
         self.running: list[Sequence] = []
         self.num_preemptions = 0
         self.blocks_to_copy: list[tuple[int, int]] = []  # forks' copies, for the next step
+        self.num_seats = 0  # of max_num_seqs: a running sequence 1, a running beam group its width
+        self._beams_running: dict[str, int] = {}  # request id → its beams in `running`
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -35,6 +39,7 @@ class Scheduler:
             return
         if seq in self.running:
             self.running.remove(seq)
+            self._leave(seq)
         elif seq in self.waiting:
             self.waiting.remove(seq)
         self.kv.free(seq)
@@ -44,6 +49,7 @@ class Scheduler:
         """A beam the group no longer keeps: out of the queues, its blocks freed now."""
         if seq in self.running:
             self.running.remove(seq)
+            self._leave(seq)
         elif seq in self.waiting:
             self.waiting.remove(seq)
         self.kv.free(seq)
@@ -56,6 +62,7 @@ class Scheduler:
             self.blocks_to_copy.append(copy)
         child.status = SequenceStatus.RUNNING
         self.running.insert(self.running.index(parent) + 1, child)
+        self._enter(child)  # no new seat: the group holds its width already
 
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
@@ -101,8 +108,11 @@ class Scheduler:
                          if item.seq.status is SequenceStatus.RUNNING]
 
     def _admit_waiting(self, out: SchedulerOutput, budget: int) -> int:
-        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+        max_seats = self.config.max_num_seqs
+        while self.waiting and budget > 0:
             seq = self.waiting[0]
+            if self.num_seats + self._seats(seq) > max_seats:
+                break
             cached = self.kv.find_cached_prefix(seq)
             num_cached = len(cached) * self.kv.block_size
             num_new = seq.num_tokens - num_cached
@@ -118,11 +128,40 @@ class Scheduler:
                 seq.ever_scheduled = True
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
+            self._enter(seq)
             out.scheduled.append(ScheduledSeq(seq, num_new))
             budget -= num_new
         return budget
 
+    def _seats(self, seq: Sequence) -> int:
+        """The seats seq takes when it starts running: a beam group's width with its first
+        running beam, none with the others."""
+        if not seq.beam_topk:
+            return 1
+        return 0 if seq.request.request_id in self._beams_running else seq.request.beam_width
+
+    def _enter(self, seq: Sequence) -> None:
+        """seq has joined `running`."""
+        self.num_seats += self._seats(seq)
+        if seq.beam_topk:
+            rid = seq.request.request_id
+            self._beams_running[rid] = self._beams_running.get(rid, 0) + 1
+
+    def _leave(self, seq: Sequence) -> None:
+        """seq has left `running`."""
+        if not seq.beam_topk:
+            self.num_seats -= 1
+            return
+        rid = seq.request.request_id
+        left = self._beams_running.pop(rid) - 1
+        if left:
+            self._beams_running[rid] = left
+        else:
+            self.num_seats -= seq.request.beam_width
+
     def _preempt(self, seq: Sequence) -> None:
+        """seq, just taken out of `running`, goes back to the front of the queue."""
+        self._leave(seq)
         self.kv.free(seq)
         seq.reset_for_recompute()
         self.waiting.appendleft(seq)

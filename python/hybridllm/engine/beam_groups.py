@@ -29,6 +29,11 @@ class BeamGroups:
 
     def add(self, request: Request, params: BeamSearchParams) -> Sequence:
         """Start the group on its prompt: one live beam until the first step forks it."""
+        max_seqs = self.scheduler.config.max_num_seqs
+        if params.beam_width > max_seqs:  # it could never be admitted
+            raise ValueError(
+                f"beam_width ({params.beam_width}) must be at most max_num_seqs ({max_seqs}, "
+                f"--max-num-seqs): a beam search runs beam_width sequences at once.")
         group = BeamGroup(params, self.eos_token_ids, request.max_tokens)
         self.groups[request.request_id] = group
         request.beam_width = params.beam_width

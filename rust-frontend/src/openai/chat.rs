@@ -78,7 +78,8 @@ pub async fn handle(
     };
     let mut params = req.sampling.validate(top, state.vocab_size)?;
     let stream = req.stream.unwrap_or(false);
-    params.beam = beam_params(&req.sampling, stream, top, state.config.max_beam_width)?;
+    let (max_beam, max_seqs) = (state.config.max_beam_width, state.model_info.max_num_seqs);
+    params.beam = beam_params(&req.sampling, stream, top, max_beam, max_seqs)?;
     let cap = state.config.max_tokens_limit;
     req.sampling.check_max_tokens_limit(cap)?;
     let add_generation_prompt = !req.template.continue_final_message.unwrap_or(false);

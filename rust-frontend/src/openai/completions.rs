@@ -100,7 +100,8 @@ pub async fn handle(
     let stream = req.stream.unwrap_or(false);
     let mut params = req.sampling.validate(req.logprobs, state.vocab_size)?;
     let max_beam = state.config.max_beam_width;
-    params.beam = beam_params(&req.sampling, stream, req.logprobs, max_beam)?;
+    let max_seqs = state.model_info.max_num_seqs;
+    params.beam = beam_params(&req.sampling, stream, req.logprobs, max_beam, max_seqs)?;
     // As vLLM: echoed logprobs are the prompt's, so ask the engine for them.
     let echo_logprobs = echo && params.logprobs.is_some();
     if echo_logprobs && params.sampling.prompt_logprobs.is_none() {

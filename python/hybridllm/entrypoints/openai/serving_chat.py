@@ -50,7 +50,8 @@ async def chat_completions(request: Request) -> Response:
         raise bad("top_logprobs requires logprobs to be true.", "top_logprobs")
     top = (req.top_logprobs or 0) if req.logprobs else None
     params = validate(req, top, state.vocab_size)
-    params.beam = check_beam_search(req, bool(req.stream), top, state.options.max_beam_width)
+    params.beam = check_beam_search(req, bool(req.stream), top, state.options.max_beam_width,
+                                    state.model_info.max_num_seqs)
     cap = state.options.max_tokens_limit
     check_max_tokens_limit(req, cap)
     prompt = render_prompt(state, req.messages, req, not req.continue_final_message)

@@ -70,7 +70,8 @@ async def completions(request: Request) -> Response:
     echo = bool(req.echo)
     params = validate(req, req.logprobs, state.vocab_size)
     max_beam = state.options.max_beam_width
-    params.beam = check_beam_search(req, bool(req.stream), req.logprobs, max_beam)
+    params.beam = check_beam_search(req, bool(req.stream), req.logprobs, max_beam,
+                                    state.model_info.max_num_seqs)
     # As vLLM: echoed logprobs are the prompt's, so ask the engine for them.
     echo_lp = echo and params.logprobs is not None
     if echo_lp and not params.sampling.HasField("prompt_logprobs"):

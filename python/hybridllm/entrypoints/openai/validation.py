@@ -136,12 +136,13 @@ def fit_max_tokens(prompt_len: int, max_tokens: int | None, limit: int,
 
 
 def check_beam_search(req: SamplingRequest, stream: bool, logprobs: int | None,
-                      max_beam_width: int) -> pb.BeamSearchParams | None:
+                      max_beam_width: int, max_num_seqs: int) -> pb.BeamSearchParams | None:
     """vLLM's use_beam_search (generate/beam_search/online.py), its refusals as 400s."""
     try:
         return beam_params(
             req.use_beam_search, req.n, req.temperature, req.length_penalty, req.ignore_eos,
             req.include_stop_str_in_output, stream, logprobs, max_beam_width,
+            max_num_seqs,
         )
     except BeamSearchRequestError as e:
         raise bad(str(e), e.param) from None

@@ -21,10 +21,11 @@ def beam_params(
     use_beam_search: bool | None, n: int | None, temperature: float | None,
     length_penalty: float | None, ignore_eos: bool | None,
     include_stop_str_in_output: bool | None, stream: bool, logprobs: int | None,
-    max_beam_width: int,
+    max_beam_width: int, max_num_seqs: int,
 ) -> pb.BeamSearchParams | None:
     """The request's beam parameters (max_tokens set later), or None without beam search.
-    Checked in the Rust frontend's order, after the common sampling checks."""
+    Checked in the Rust frontend's order, after the common sampling checks. max_num_seqs is
+    the engine's (ModelInfo; 0 from a worker that does not say)."""
     if not use_beam_search:
         return None
     if stream:
@@ -35,6 +36,10 @@ def beam_params(
         raise BeamSearchRequestError(
             f"n (the beam width) must be at most {max_beam_width} (the server's "
             f"--max-beam-width), got {n}.", "n")
+    if 0 < max_num_seqs < n:  # the engine would refuse it: a group runs n sequences at once
+        raise BeamSearchRequestError(
+            f"n (the beam width) must be at most {max_num_seqs} (the engine's "
+            f"--max-num-seqs: a beam search runs n sequences at once), got {n}.", "n")
     if temperature is not None and temperature > 0.0:
         raise BeamSearchRequestError(
             f"temperature must be 0 with use_beam_search, got {_num(temperature)}.",
