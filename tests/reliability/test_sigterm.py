@@ -23,12 +23,10 @@ TIMEOUT_S = 3.0
 SHORT, LONG = 40, 2000  # tokens: 0.8 s and 40 s of 20 ms steps
 
 
-def _stream(url: str, max_tokens: int, started: threading.Event) -> tuple[list[str], float]:
+def _data_lines(url: str, body: dict, started: threading.Event) -> tuple[list[str], float]:
     """The data lines of one stream, and when (monotonic) its connection ended."""
     lines = []
-    with httpx.stream("POST", url + "/v1/completions", headers=AUTH, timeout=60, json={
-            "prompt": "Hello", "max_tokens": max_tokens, "ignore_eos": True,
-            "stream": True}) as r:
+    with httpx.stream("POST", url, headers=AUTH, timeout=60, json=body) as r:
         assert r.status_code == 200
         for line in r.iter_lines():
             if line.startswith("data: "):
@@ -37,19 +35,19 @@ def _stream(url: str, max_tokens: int, started: threading.Event) -> tuple[list[s
     return lines, time.monotonic()
 
 
+def _stream(url: str, max_tokens: int, started: threading.Event) -> tuple[list[str], float]:
+    return _data_lines(url + "/v1/completions", {
+        "prompt": "Hello", "max_tokens": max_tokens, "ignore_eos": True, "stream": True},
+        started)
+
+
 def _responses_stream(url: str, max_tokens: int, started: threading.Event
                       ) -> tuple[list[dict], float]:
     """The events of one /v1/responses stream, and when its connection ended."""
-    events = []
-    with httpx.stream("POST", url + "/v1/responses", headers=AUTH, timeout=60, json={
-            "input": "Hello", "max_output_tokens": max_tokens, "ignore_eos": True,
-            "stream": True}) as r:
-        assert r.status_code == 200
-        for line in r.iter_lines():
-            if line.startswith("data: "):
-                events.append(json.loads(line[6:]))
-                started.set()
-    return events, time.monotonic()
+    lines, ended = _data_lines(url + "/v1/responses", {
+        "input": "Hello", "max_output_tokens": max_tokens, "ignore_eos": True,
+        "stream": True}, started)
+    return [json.loads(x) for x in lines], ended
 
 
 def _new_request_refused(url: str) -> str:
