@@ -36,6 +36,10 @@ pub struct ServeArgs {
     /// How requests are spread over several engine workers
     #[arg(long, value_enum, default_value = "least-load")]
     pub routing: crate::engine_router::Routing,
+    /// With several engine workers: one that dies leaves the rotation and the others serve
+    /// on (/health stays 200 while one answers); without it /health is 503 once one is down
+    #[arg(long)]
+    pub keep_alive: bool,
     /// Serve options as JSON (see config.rs for the schema).
     #[arg(long, default_value = "{}")]
     pub args_json: String,

@@ -4,8 +4,11 @@
 //! `--routing prefix` a request goes to the worker that last served the longest matching
 //! prompt prefix (hashes of its first blocks, as SGLang's cache-aware router keeps them), so
 //! that worker's prefix cache hits, unless that worker is much busier than the least loaded.
+//!
+//! A worker whose health check fails, or whose stream broke, leaves the rotation until it
+//! answers again (`watch`); requests go to the others while any is up.
 use crate::engine::{EmbedResult, Engine, ResponseStream};
-use crate::engine_client::pb;
+use crate::engine_client::{pb, EngineClient};
 use crate::engine_mux::EngineMux;
 use futures_util::future::BoxFuture;
 use futures_util::StreamExt;
@@ -14,7 +17,9 @@ use prometheus::{IntCounter, IntGauge};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tonic::Code;
 
 /// Prompt tokens per hashed block (the KV cache's block size).
 const BLOCK: usize = 16;
@@ -40,6 +45,8 @@ pub struct Worker {
     pub load: IntGauge,
     /// Requests routed here (`hybridllm:worker_requests_total{worker}`).
     pub routed: IntCounter,
+    /// 1 while in the rotation (`hybridllm:worker_up{worker}`).
+    pub up: IntGauge,
 }
 
 pub struct EngineRouter {
@@ -86,13 +93,62 @@ impl EngineRouter {
         }
     }
 
+    /// Fewest outstanding tokens among the workers up (among all when none is: the request
+    /// then fails with the worker's own error).
     fn least_loaded(&self) -> usize {
         let n = self.workers.len();
         let start = self.next.fetch_add(1, Ordering::Relaxed) % n;
+        let any_up = self.workers.iter().any(|w| w.up.get() == 1);
         (0..n)
             .map(|k| (start + k) % n)
+            .filter(|&i| !any_up || self.workers[i].up.get() == 1)
             .min_by_key(|&i| self.workers[i].load.get())
             .unwrap_or(0)
+    }
+
+    fn set_up(&self, i: usize, up: bool) {
+        let was = self.workers[i].up.get() == 1;
+        if was != up {
+            if up {
+                tracing::info!("engine worker {i} answers again: back in the rotation");
+            } else {
+                tracing::warn!("engine worker {i} is down: out of the rotation");
+            }
+        }
+        self.workers[i].up.set(up as i64);
+    }
+
+    /// Whether every worker is up, and whether any is.
+    #[cfg(test)]
+    fn up(&self) -> (bool, bool) {
+        let up = self.workers.iter().filter(|w| w.up.get() == 1).count();
+        (up == self.workers.len(), up > 0)
+    }
+
+    /// Health-checks each worker every `every` (one Health call, at most `every` each) and
+    /// keeps the rotation to those that answer SERVING.
+    pub fn watch(self: Arc<Self>, clients: Vec<EngineClient>, every: Duration) {
+        tokio::spawn(async move {
+            loop {
+                let checks = clients.iter().map(|c| {
+                    let mut client = c.clone();
+                    async move {
+                        let call = client.health(pb::HealthRequest {});
+                        matches!(tokio::time::timeout(every, call).await,
+                            Ok(Ok(r)) if r.get_ref().status
+                                == pb::health_response::Status::Serving as i32)
+                    }
+                });
+                for (i, ok) in futures_util::future::join_all(checks)
+                    .await
+                    .into_iter()
+                    .enumerate()
+                {
+                    self.set_up(i, ok);
+                }
+                tokio::time::sleep(every).await;
+            }
+        });
     }
 
     /// The worker for a prompt (see the module comment).
@@ -106,7 +162,13 @@ impl EngineRouter {
         let hit = hashes.iter().rev().find_map(|h| map.get(h).copied());
         let limit = 2 * self.workers[least].load.get() + PREFIX_SLACK_TOKENS;
         let choice = match hit {
-            Some(w) if w < self.workers.len() && self.workers[w].load.get() <= limit => w,
+            Some(w)
+                if w < self.workers.len()
+                    && self.workers[w].up.get() == 1
+                    && self.workers[w].load.get() <= limit =>
+            {
+                w
+            }
             _ => least,
         };
         for h in hashes {
@@ -143,8 +205,12 @@ impl Engine for EngineRouter {
             .max(1) as usize;
         let guard = self.reserve(i, req.prompt_token_ids.len() + n * max_tokens);
         let stream = self.workers[i].mux.generate(req);
+        let up = self.workers[i].up.clone();
         Box::pin(stream.map(move |r| {
             let _held = &guard;
+            if matches!(&r, Err(s) if s.code() == Code::Unavailable) {
+                up.set(0); // the stream broke: no more requests until the watcher sees it up
+            }
             r
         }))
     }
@@ -173,6 +239,11 @@ mod tests {
                 mux: EngineMux::new(crate::engine_client::connect("http://127.0.0.1:1").unwrap()),
                 load: IntGauge::new(format!("load{i}"), "l").unwrap(),
                 routed: IntCounter::new(format!("routed{i}"), "r").unwrap(),
+                up: {
+                    let g = IntGauge::new(format!("up{i}"), "u").unwrap();
+                    g.set(1);
+                    g
+                },
             })
             .collect();
         EngineRouter::new(workers, routing)
@@ -209,5 +280,25 @@ mod tests {
         assert_ne!(r.pick(&shared), first, "overloaded: load wins");
         assert_eq!(block_hashes(&[0; 15]), Vec::<u64>::new());
         assert_eq!(block_hashes(&shared).len(), 4);
+    }
+
+    #[tokio::test]
+    async fn a_worker_down_leaves_the_rotation_until_it_is_up() {
+        let r = router(3, Routing::Prefix);
+        let shared: Vec<u32> = (0..64).collect();
+        let first = r.pick(&shared);
+        r.set_up(first, false);
+        assert_eq!(r.up(), (false, true));
+        for k in 0..6 {
+            assert_ne!(r.pick(&[k; 40]), first, "least load skips it");
+        }
+        assert_ne!(r.pick(&shared), first, "its prefixes too");
+        for i in 0..3 {
+            r.set_up(i, false);
+        }
+        assert_eq!(r.up(), (false, false));
+        let _ = r.pick(&[1; 8]); // none up: any worker (its error goes to the client)
+        r.set_up(first, true);
+        assert_eq!(r.pick(&[9; 8]), first, "the only one up");
     }
 }

@@ -28,6 +28,7 @@ pub struct Metrics {
     /// Per engine worker (data parallelism): requests routed, outstanding tokens.
     pub worker_requests: IntCounterVec,
     pub worker_outstanding_tokens: IntGaugeVec,
+    pub worker_up: IntGaugeVec,
 }
 
 fn sum_loads(loads: &[pb::LoadResponse]) -> pb::LoadResponse {
@@ -176,6 +177,15 @@ impl Metrics {
             &["worker"],
         )
         .expect("valid gauge");
+        let worker_up = IntGaugeVec::new(
+            Opts::new(
+                "hybridllm:worker_up",
+                "1 while an engine worker is in the rotation, 0 once it stopped answering.",
+            ),
+            &["worker"],
+        )
+        .expect("valid gauge");
+        registry.register(Box::new(worker_up.clone())).ok();
         registry.register(Box::new(worker_requests.clone())).ok();
         registry
             .register(Box::new(worker_outstanding_tokens.clone()))
@@ -196,6 +206,7 @@ impl Metrics {
             queue_time,
             worker_requests,
             worker_outstanding_tokens,
+            worker_up,
         }
     }
 

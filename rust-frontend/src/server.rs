@@ -17,6 +17,9 @@ use axum::Router;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// How often each of several engine workers is health-checked for the rotation.
+const WORKER_PROBE: Duration = Duration::from_millis(500);
+
 pub fn router(state: Arc<AppState>) -> Router {
     let mut router = Router::new();
     for r in crate::routes::table() {
@@ -120,15 +123,25 @@ pub async fn build_state(args: &ServeArgs) -> anyhow::Result<Arc<AppState>> {
                     .worker_outstanding_tokens
                     .with_label_values(&[&label]),
                 routed: metrics.worker_requests.with_label_values(&[&label]),
+                up: {
+                    let up = metrics.worker_up.with_label_values(&[&label]);
+                    up.set(1);
+                    up
+                },
             }
         })
         .collect();
     if clients.len() > 1 {
         tracing::info!(workers = clients.len(), routing = ?args.routing, "data parallel");
     }
+    let router = Arc::new(EngineRouter::new(workers, args.routing));
+    if clients.len() > 1 {
+        router.clone().watch(clients.clone(), WORKER_PROBE);
+    }
     Ok(Arc::new(AppState {
         config,
-        engine: Arc::new(EngineRouter::new(workers, args.routing)),
+        keep_alive: args.keep_alive,
+        engine: router,
         engine_clients: clients,
         tokenizer: Arc::new(tokenizer),
         template,

@@ -15,6 +15,8 @@ pub struct AppState {
     pub engine: Arc<dyn Engine>,
     /// Health and GetLoad of each engine worker, for /health and /metrics.
     pub engine_clients: Vec<EngineClient>,
+    /// `--keep-alive`: /health is 200 while any worker answers, not only while all do.
+    pub keep_alive: bool,
     pub tokenizer: Arc<Tokenizer>,
     pub template: Option<ChatTemplate>,
     pub model_info: pb::ModelInfo,

@@ -269,6 +269,7 @@ pub fn state(engine: Arc<FakeEngine>) -> Arc<AppState> {
         engine,
         // Never called by these tests; lazy, so nothing connects.
         engine_clients: vec![crate::engine_client::connect("http://127.0.0.1:1").unwrap()],
+        keep_alive: false,
         tokenizer: Arc::new(tokenizer),
         template: Some(ChatTemplate::compile(TEMPLATE).unwrap()),
         model_info: pb::ModelInfo {

@@ -3,7 +3,8 @@
 on --port and --port + 1, with an aggregated /health on --port + 2. Both ranks answer alike;
 kill -9 of one rank's worker turns the aggregated health to 503 naming the rank, then the
 supervisor stops everything and exits non-zero within 10 s, leaving no process behind;
-SIGTERM drains every rank and exits 0. Refused combinations name both flags."""
+SIGTERM drains every rank and exits 0; with --data-parallel-keep-alive the other rank serves
+on (aggregated health 503 naming the dead one). Refused combinations name both flags."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ Q = [{"role": "user", "content": "What is the capital of France?"}]
 
 
 class Supervised:
-    def __init__(self, tmp: Path, model: Path) -> None:
+    def __init__(self, tmp: Path, model: Path, *extra: str) -> None:
         # Three consecutive ports: the two ranks and the aggregated health.
         while True:
             self.port = free_port()
@@ -37,7 +38,7 @@ class Supervised:
                 "--rust-frontend", "--data-parallel-size", "2", "--data-parallel-external-lb",
                 "--host", "127.0.0.1", "--port", str(self.port), "--max-model-len", "256",
                 "--health-probe-interval", str(INTERVAL), "--health-probe-timeout",
-                str(INTERVAL), "--health-failure-threshold", str(THRESHOLD)]
+                str(INTERVAL), "--health-failure-threshold", str(THRESHOLD), *extra]
         self.proc = subprocess.Popen(argv, stdout=self.log.open("wb"),
                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         self.health = f"http://127.0.0.1:{self.port + 2}/health"
@@ -141,6 +142,40 @@ def test_sigterm_drains_every_rank(supervised: Supervised) -> None:
     assert [p for p in everything if alive(p)] == []
 
 
+def test_keep_alive_serves_on_with_the_other_rank(tmp_path: Path, model_path: Path) -> None:
+    s = Supervised(tmp_path, model_path, "--data-parallel-keep-alive")
+    try:
+        health = s.wait_healthy()
+        rank1 = health["ranks"][1]["pid"]
+        worker = next(p for p in child_pids(rank1)
+                      if b"worker" in Path(f"/proc/{p}/cmdline").read_bytes())
+        os.kill(worker, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while "serving on with 1 of 2 ranks" not in s.log.read_text():
+            assert time.monotonic() < deadline and s.proc.poll() is None, s.log.read_text()
+            time.sleep(0.2)
+        time.sleep(2 * INTERVAL * THRESHOLD)  # well past the threshold: still supervising
+        assert s.proc.poll() is None
+        r = httpx.get(s.health, timeout=5)
+        body = r.json()
+        assert r.status_code == 503 and body["unhealthy_ranks"] == [1], body
+        assert [x["healthy"] for x in body["ranks"]] == [True, False]
+        assert not alive(rank1)  # the failed rank was stopped, not left half-serving
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{s.port}/v1", api_key="unused",
+                               max_retries=0)
+        r0 = client.chat.completions.create(model=client.models.list().data[0].id,
+                                            messages=Q, max_tokens=4, temperature=0)
+        assert r0.choices[0].finish_reason == "length" and r0.usage.completion_tokens == 4
+        everything = process_tree(s.proc.pid)
+        s.proc.send_signal(signal.SIGTERM)
+        assert s.proc.wait(timeout=60) == 0, s.log.read_text()[-3000:]
+        time.sleep(0.5)
+        assert [p for p in everything if alive(p)] == []
+    finally:
+        if s.proc.poll() is None:
+            s.kill_all()
+
+
 @pytest.mark.parametrize(("flags", "message"), [
     (["--data-parallel-size", "2"],
      "--data-parallel-size 2 needs --rust-frontend (one frontend over N workers) or "
@@ -151,6 +186,7 @@ def test_sigterm_drains_every_rank(supervised: Supervised) -> None:
      "--data-parallel-external-lb and --connect-engine cannot go together"),
     (["-dp", "0"], "--data-parallel-size must be at least 1, got 0"),
     (["-tp", "2"], "--tensor-parallel-size 2"),
+    (["--data-parallel-keep-alive"], "--data-parallel-keep-alive needs --data-parallel-size > 1"),
 ])
 def test_refused_combinations(flags: list[str], message: str) -> None:
     r = subprocess.run([sys.executable, "-m", "hybridllm.cli.main", "serve", *flags],

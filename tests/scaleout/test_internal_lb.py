@@ -2,7 +2,8 @@
 two engine workers and routes each request to one of them. 40 concurrent requests use both
 (per-worker metrics) and answer exactly as one worker does; with --routing prefix, requests
 sharing a long prefix stay on one worker and hit its prefix cache; killing a worker ends its
-requests with errors, never a hang, and serve exits non-zero."""
+requests with errors, never a hang, and serve exits non-zero; with --data-parallel-keep-alive
+the other worker serves on until it too is gone."""
 
 from __future__ import annotations
 
@@ -17,7 +18,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.conftest import Server, alive, child_pids, start_serve, stop_serve
+from tests.e2e.conftest import (
+    Server,
+    alive,
+    child_pids,
+    process_tree,
+    start_serve,
+    stop_serve,
+)
 
 PROMPTS = [f"Write one word about the number {i}." for i in range(40)]
 SHARED = "You are a helpful assistant. " * 30  # ~200 tokens, 12+ full blocks
@@ -113,3 +121,38 @@ def test_a_dead_worker_gives_errors_not_hangs(model_path: Path, tmp_path: Path) 
     assert two.proc.wait(timeout=30) != 0
     time.sleep(0.5)
     assert [p for p in everything if alive(p)] == []
+
+
+def _metric(url: str, name: str) -> dict[str, float]:
+    text = httpx.get(url + "/metrics", timeout=10).text
+    found = re.findall(rf'^hybridllm:{name}\{{worker="(\d+)"\}} (\S+)$', text, re.M)
+    return {w: float(v) for w, v in found}
+
+
+def test_keep_alive_serves_on_without_the_dead_worker(model_path: Path, tmp_path: Path) -> None:
+    two = _two(model_path, tmp_path, "--data-parallel-keep-alive")
+    try:
+        everything = process_tree(two.proc.pid)
+        workers = [p for p in child_pids(two.proc.pid)
+                   if b"worker" in Path(f"/proc/{p}/cmdline").read_bytes()]
+        assert len(workers) == 2
+        assert _metric(two.url, "worker_up") == {"0": 1.0, "1": 1.0}
+        os.kill(workers[1], signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while _metric(two.url, "worker_up")["1"] != 0.0:
+            assert time.monotonic() < deadline, "worker 1 still in the rotation after 5 s"
+            time.sleep(0.1)
+        assert httpx.get(two.url + "/health", timeout=10).status_code == 200
+        before = _worker_requests(two.url)
+        texts = _texts(two.url, PROMPTS[:12])  # every one 200, from worker 0
+        after = _worker_requests(two.url)
+        assert after["0"] - before["0"] == 12 and after["1"] == before["1"], (before, after)
+        assert len(texts) == 12 and two.proc.poll() is None
+        assert "engine worker 1 exited with status -9; serving on with 1 of 2 " \
+               "(--data-parallel-keep-alive)" in two.log.read_text()
+        os.kill(workers[0], signal.SIGKILL)  # the last one: serve gives up, non-zero
+        assert two.proc.wait(timeout=30) != 0
+        time.sleep(0.5)
+        assert [p for p in everything if alive(p)] == []
+    finally:
+        stop_serve(two)

@@ -58,6 +58,10 @@ def add_parallel_args(parser: argparse.ArgumentParser) -> None:
                              "request to the worker with the fewest outstanding tokens, or "
                              "(prefix) to the one that served the longest matching prompt "
                              "prefix unless it is much busier.")
+    parser.add_argument("--data-parallel-keep-alive", action="store_true",
+                        help="With --data-parallel-size N: when a worker (or, with "
+                             "--data-parallel-external-lb, a rank) dies, serve on with the "
+                             "others instead of shutting down; exit non-zero when none is left.")
     parser.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
     parser.add_argument("--supervisor-port", type=int, default=None,
                         help="The supervisor's aggregated /health (default: --port + N).")
@@ -84,6 +88,9 @@ def select_mode(args: argparse.Namespace) -> str:
         raise ServeModeError(f"--tensor-parallel-size {tp}: tensor parallelism is not available "
                              "in this version (only 1)")
     if dp == 1:
+        if args.data_parallel_keep_alive and args.data_parallel_rank is None:
+            raise ServeModeError("--data-parallel-keep-alive needs --data-parallel-size > 1 "
+                                 "(there is no other worker to serve on with)")
         return "rust" if args.rust_frontend else "python"
     if not args.data_parallel_external_lb:
         if not args.rust_frontend:
@@ -145,7 +152,8 @@ def run_dp_supervisor(args: argparse.Namespace) -> int:
                         args.health_failure_threshold)
     port = args.supervisor_port if args.supervisor_port is not None else args.port + dp
     return DPSupervisor(args.raw_argv, dp, args.host, args.port, port, probe,
-                        args.shutdown_timeout, args.tensor_parallel_size).run()
+                        args.shutdown_timeout, args.tensor_parallel_size,
+                        keep_alive=args.data_parallel_keep_alive).run()
 
 
 def worker_argv(args: argparse.Namespace, engine_address: str) -> list[str]:
@@ -187,8 +195,9 @@ def run_rust_frontend(args: argparse.Namespace) -> int:
     options = frontend_options(args)
     if options.chat_template:
         options.chat_template = os.path.abspath(options.chat_template)
-    frontend = RustFrontendProcessManager(sock, addresses, options,
-                                          threads=args.frontend_threads, routing=args.routing)
+    keep_alive = args.data_parallel_keep_alive
+    frontend = RustFrontendProcessManager(sock, addresses, options, threads=args.frontend_threads,
+                                          routing=args.routing, keep_alive=keep_alive)
     try:
         for r, (a, w) in enumerate(zip(addresses, workers)):
             if not wait_until_serving(a, w, stop):
@@ -198,10 +207,17 @@ def run_rust_frontend(args: argparse.Namespace) -> int:
         if _wait_http_ready(url, frontend, stop):
             more = "" if n == 1 else f", {n} engine workers, routing {args.routing}"
             print(f"hybridllm: serving {url} (Rust frontend{more})", flush=True)
+        serving = set(range(n))
         while not stop.is_set():
-            for r, w in enumerate(workers):
-                if w.poll() is not None:
-                    return _died(_name(r, n), w.returncode)
+            for r in sorted(serving):
+                if workers[r].poll() is None:
+                    continue
+                if not keep_alive or len(serving) == 1:
+                    return _died(_name(r, n), workers[r].returncode)
+                serving.discard(r)
+                print(f"hybridllm: {_name(r, n)} exited with status {workers[r].returncode}; "
+                      f"serving on with {len(serving)} of {n} (--data-parallel-keep-alive)",
+                      flush=True)
             if frontend.poll() is not None:
                 return _died("Rust frontend", frontend.poll())
             stop.wait(0.5)

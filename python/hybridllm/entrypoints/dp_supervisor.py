@@ -5,7 +5,9 @@ engine socket, its slice of the GPUs (or its share of the cores), output prefixe
 
 A rank that stops answering: `/health` is 503 naming it, and after `failure_threshold`
 consecutive failed probes (one per interval, each at most `timeout_s`) the supervisor stops
-every rank and exits 1 (no silent restart; vLLM's semantics). SIGTERM drains every rank."""
+every rank and exits 1 (no silent restart; vLLM's semantics), unless `keep_alive`
+(`--data-parallel-keep-alive`): then the failed rank is stopped, `/health` stays 503 naming
+it, and the others serve on until none is left. SIGTERM drains every rank."""
 
 from __future__ import annotations
 
@@ -42,6 +44,7 @@ class Rank:
     started: bool = False  # answered /health once: failures count from then on
     failures: int = 0
     healthy: bool = False
+    dead: bool = False  # failed and stopped; the others serve on (keep_alive)
     error: str = "starting"
     reader: threading.Thread | None = field(default=None, repr=False)
 
@@ -66,10 +69,10 @@ def rank_env(rank: int, size: int, tp: int) -> dict[str, str]:
 class DPSupervisor:
     def __init__(self, serve_argv: list[str], size: int, host: str, port: int,
                  supervisor_port: int, probe: HealthProbe, shutdown_timeout_s: float,
-                 tp: int = 1) -> None:
+                 tp: int = 1, keep_alive: bool = False) -> None:
         self.serve_argv, self.size, self.host, self.port = serve_argv, size, host, port
         self.supervisor_port, self.probe, self.tp = supervisor_port, probe, tp
-        self.shutdown_timeout_s = shutdown_timeout_s
+        self.shutdown_timeout_s, self.keep_alive = shutdown_timeout_s, keep_alive
         self.ranks: list[Rank] = []
         self.stop = threading.Event()
         self.lock = threading.Lock()
@@ -96,6 +99,8 @@ class DPSupervisor:
         return r
 
     def _probe(self, r: Rank) -> None:
+        if r.dead:
+            return
         url = f"http://{_connect_host(self.host)}:{r.port}/health"
         if r.proc.poll() is not None:  # gone: no need to wait for a refused connection
             ok, error = False, f"exited with status {r.proc.returncode}"
@@ -115,6 +120,8 @@ class DPSupervisor:
         """A rank that exited before serving, or failed `failure_threshold` probes in a row."""
         with self.lock:
             for r in self.ranks:
+                if r.dead:
+                    continue
                 if not r.started and r.proc.poll() is not None:
                     r.error = f"exited with status {r.proc.returncode} before serving"
                     return r
@@ -139,6 +146,9 @@ class DPSupervisor:
                     start = time.monotonic()
                     list(pool.map(self._probe, self.ranks))  # each at most timeout_s
                     failed = self._failed_rank()
+                    if failed is not None and self._serve_on_without(failed):
+                        failed = None
+                        continue
                     if failed is None:
                         self.stop.wait(max(0.0, start + self.probe.interval_s - time.monotonic()))
             if failed is not None:
@@ -149,6 +159,22 @@ class DPSupervisor:
         finally:
             server.shutdown()
             server.server_close()
+
+    def _serve_on_without(self, failed: Rank) -> bool:
+        """With keep_alive and another rank still live: stop the failed rank (a hung one must
+        not half-serve its port) and go on. False when the supervisor must stop."""
+        live = [r for r in self.ranks if not r.dead and r is not failed]
+        if not self.keep_alive or not live or not failed.started:  # start-up failures stop all
+            return False
+        print(f"hybridllm: data-parallel rank {failed.rank} failed ({failed.error}); serving "
+              f"on with {len(live)} of {self.size} ranks (--data-parallel-keep-alive)",
+              flush=True)
+        if failed.proc.poll() is None:
+            failed.proc.send_signal(signal.SIGTERM)
+            wait_or_kill(failed.proc, STOP_OTHERS_TIMEOUT_S)
+        with self.lock:
+            failed.dead, failed.healthy = True, False
+        return True
 
     def _stop_all(self, timeout_s: float) -> int:
         """SIGTERM to every rank at once, SIGKILL to any still there after timeout_s; 0 when
@@ -161,11 +187,12 @@ class DPSupervisor:
             wait_or_kill(r.proc, max(0.1, deadline - time.monotonic()))
             if r.reader is not None:
                 r.reader.join(timeout=2)
-        for r in self.ranks:
+        live = [r for r in self.ranks if not r.dead]  # the dead were reported when they failed
+        for r in live:
             if r.proc.returncode != 0:
                 print(f"hybridllm: data-parallel rank {r.rank} exited with status "
                       f"{r.proc.returncode}", flush=True)
-        return 0 if all(r.proc.returncode == 0 for r in self.ranks) else 1
+        return 0 if all(r.proc.returncode == 0 for r in live) else 1
 
 
 def _connect_host(host: str) -> str:

@@ -257,8 +257,9 @@ class RustFrontendProcessManager:
 
     def __init__(self, sock: socket.socket, engine_address: str | list[str],
                  serve_options: ServeOptions, threads: int | None = None,
-                 routing: str = "least-load") -> None:
+                 routing: str = "least-load", keep_alive: bool = False) -> None:
         self.sock = sock
+        self.keep_alive = keep_alive  # a dead worker leaves the rotation; /health stays 200
         # Several: data parallelism, the frontend routes among the workers (--routing).
         self.engine_address = (engine_address if isinstance(engine_address, str)
                                else ",".join(engine_address))
@@ -281,6 +282,8 @@ class RustFrontendProcessManager:
         ]
         if self.threads:
             argv += ["--worker-threads", str(self.threads)]
+        if self.keep_alive:
+            argv.append("--keep-alive")
         env = {k: v for k, v in os.environ.items() if k != "HYBRIDLLM_API_KEY"}
         env[KEYS_JSON_ENV] = json.dumps(self.serve_options.api_keys)
         self.proc = spawn(argv, pass_fds=(fd,), env=env)

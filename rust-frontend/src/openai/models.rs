@@ -57,11 +57,13 @@ pub async fn health(State(state): State<Arc<AppState>>) -> StatusCode {
         matches!(tokio::time::timeout(Duration::from_secs(5), call).await,
             Ok(Ok(r)) if r.get_ref().status == pb::health_response::Status::Serving as i32)
     });
-    if futures_util::future::join_all(checks)
-        .await
-        .into_iter()
-        .all(|ok| ok)
-    {
+    let answers = futures_util::future::join_all(checks).await;
+    let healthy = if state.keep_alive {
+        answers.iter().any(|&ok| ok) // a dead worker left the rotation; the others serve
+    } else {
+        answers.iter().all(|&ok| ok)
+    };
+    if healthy {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
