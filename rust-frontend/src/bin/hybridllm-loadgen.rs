@@ -118,8 +118,23 @@ struct EventStream {
     chunks: u64,
     pending: Vec<u8>,
     data: Vec<u8>,
+    /// The current event's `event:` name (the Responses API names its events).
+    name: Vec<u8>,
     rec: Record,
 }
+
+/// Responses API events that carry neither text nor usage nor an error: not parsed, so the
+/// client's CPU per request does not grow with the server's framing (the whole response
+/// object rides on `response.created` and `.in_progress`).
+const FRAMING_EVENTS: [&[u8]; 7] = [
+    b"response.created",
+    b"response.in_progress",
+    b"response.output_item.added",
+    b"response.content_part.added",
+    b"response.output_text.done",
+    b"response.content_part.done",
+    b"response.output_item.done",
+];
 
 impl EventStream {
     fn new(start: Instant) -> Self {
@@ -129,6 +144,7 @@ impl EventStream {
             chunks: 0,
             pending: Vec::new(),
             data: Vec::new(),
+            name: Vec::new(),
             rec: Record::default(),
         }
     }
@@ -144,10 +160,18 @@ impl EventStream {
                 line = stripped;
             }
             if line.is_empty() {
+                let framing = FRAMING_EVENTS.contains(&&self.name[..]);
+                self.name.clear();
                 if !self.data.is_empty() {
                     let event = std::mem::take(&mut self.data);
-                    self.dispatch(&event, now);
+                    if !framing {
+                        self.dispatch(&event, now);
+                    }
                 }
+            } else if let Some(value) = line.strip_prefix(b"event:") {
+                self.name.clear();
+                self.name
+                    .extend_from_slice(value.strip_prefix(b" ").unwrap_or(value));
             } else if let Some(value) = line.strip_prefix(b"data:") {
                 if !self.data.is_empty() {
                     self.data.push(b'\n');
@@ -545,6 +569,19 @@ mod tests {
             9,
         );
         assert!(!failed.success && failed.error.starts_with("stream error"));
+    }
+
+    #[test]
+    fn named_framing_events_are_not_parsed() {
+        let stream = b"event: response.created\ndata: {not json at all\n\n\
+            event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"a\"}\n\n\
+            event: response.output_text.done\ndata: {\"text\": 12\n\n\
+            event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":5,\"output_tokens\":1}}}\n\n";
+        let rec = run(stream, 3);
+        assert!(rec.success, "{}", rec.error);
+        assert_eq!((rec.prompt_tokens, rec.output_tokens), (5, 1));
+        let bad = run(b"event: error\ndata: {\"type\":\"error\",\"message\":\"x\"}\n\n", 3);
+        assert!(!bad.success && bad.error.starts_with("stream error"));
     }
 
     #[test]
