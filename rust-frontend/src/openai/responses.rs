@@ -161,14 +161,18 @@ impl Sequence {
     }
 
     /// An event carrying the whole response object, serialized from a borrow (no copy of
-    /// the object's tree per event).
-    fn with_response(&mut self, kind: &'static str, response: &Value) -> bytes::Bytes {
+    /// the object's tree per event); `R` is a `Value` or the object already serialized.
+    fn with_response<R: serde::Serialize + ?Sized>(
+        &mut self,
+        kind: &'static str,
+        response: &R,
+    ) -> bytes::Bytes {
         #[derive(serde::Serialize)]
-        struct Event<'a> {
+        struct Event<'a, R: ?Sized> {
             #[serde(rename = "type")]
             kind: &'static str,
             sequence_number: u64,
-            response: &'a Value,
+            response: &'a R,
         }
         let event = Event {
             kind,
@@ -196,9 +200,11 @@ fn stream_response(
 ) -> Response {
     let s = async_stream::stream! {
         let mut seq = Sequence(0);
-        let pending = head.object("in_progress", vec![], Value::Null);
-        yield seq.with_response("response.created", &pending);
-        yield seq.with_response("response.in_progress", &pending);
+        // The same object twice: serialized once.
+        let pending = serde_json::value::to_raw_value(&head.object("in_progress", vec![], Value::Null))
+            .expect("a JSON value serializes");
+        yield seq.with_response("response.created", &*pending);
+        yield seq.with_response("response.in_progress", &*pending);
         yield seq.event("response.output_item.added", json!({"output_index": 0, "item": head.item("in_progress", None)}));
         let part = |text: &str| json!({"item_id": head.item_id, "output_index": 0, "content_index": 0, "part": output_text(text)});
         yield seq.event("response.content_part.added", part(""));
