@@ -3,6 +3,7 @@
 //! need. It lives in the frontend, so it serves every worker behind it; each frontend (and
 //! so each server behind an external load balancer) has its own.
 use lru::LruCache;
+use serde_json::value::RawValue;
 use serde_json::Value;
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
@@ -10,8 +11,8 @@ use std::sync::{Arc, Mutex};
 pub struct StoredResponse {
     /// The API key that created it (None without `--api-key`): only that key sees it.
     pub owner: Option<String>,
-    /// The response object as it was returned.
-    pub response: Value,
+    /// The response object as it was returned, serialized (one allocation to keep and drop).
+    pub response: Box<RawValue>,
     /// This request's input items, with their ids (not those of earlier turns).
     pub input_items: Vec<Value>,
     /// Chat messages to continue from: the earlier turns, this input and this output.
@@ -68,7 +69,7 @@ mod tests {
     fn stored(owner: Option<&str>, n: i64) -> StoredResponse {
         StoredResponse {
             owner: owner.map(str::to_string),
-            response: serde_json::json!({"n": n}),
+            response: serde_json::value::to_raw_value(&serde_json::json!({"n": n})).unwrap(),
             input_items: vec![],
             conversation: vec![],
         }
@@ -82,7 +83,7 @@ mod tests {
         assert!(s.get("a", Some("k1")).is_some()); // a is now the most recent
         s.put("c".into(), stored(Some("k1"), 3)); // evicts b
         assert!(s.get("b", Some("k1")).is_none());
-        assert_eq!(s.get("c", Some("k1")).unwrap().response["n"], 3);
+        assert_eq!(s.get("c", Some("k1")).unwrap().response.get(), r#"{"n":3}"#);
         assert!(s.get("a", Some("k2")).is_none());
         assert!(s.get("a", None).is_none());
         assert!(!s.remove("a", Some("k2")));

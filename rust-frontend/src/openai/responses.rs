@@ -21,6 +21,7 @@ use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 use input::{read_input, ResponsesRequest};
 use object::{output_text, status, ResponseHead, TextDelta};
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -46,7 +47,7 @@ struct ToStore {
     conversation: Vec<Value>,
 }
 
-fn store(state: &AppState, head: &ResponseHead, s: ToStore, response: Value, text: &str) {
+fn store(state: &AppState, head: &ResponseHead, s: ToStore, response: Box<RawValue>, text: &str) {
     if !head.store {
         return;
     }
@@ -143,10 +144,9 @@ pub async fn create(
     let obj = head.finished(
         &choice.text,
         choice.finish.reason,
-        c.usage.to_responses_json(),
+        &c.usage.to_responses_json(),
     );
-    // Serialized before it moves into the store: no copy of the object's tree.
-    let body = axum::Json(&obj).into_response();
+    let body = json_body(&obj);
     store(&state, &head, to_store, obj, &choice.text);
     Ok(body)
 }
@@ -200,9 +200,7 @@ fn stream_response(
 ) -> Response {
     let s = async_stream::stream! {
         let mut seq = Sequence(0);
-        // The same object twice: serialized once.
-        let pending = serde_json::value::to_raw_value(&head.object("in_progress", vec![], Value::Null))
-            .expect("a JSON value serializes");
+        let pending = head.object("in_progress", &[], &Value::Null);
         yield seq.with_response("response.created", &*pending);
         yield seq.with_response("response.in_progress", &*pending);
         yield seq.event("response.output_item.added", json!({"output_index": 0, "item": head.item("in_progress", None)}));
@@ -245,9 +243,9 @@ fn stream_response(
         yield seq.event("response.content_part.done", part(&text));
         let st = status(finish);
         yield seq.event("response.output_item.done", json!({"output_index": 0, "item": head.item(st, Some(&text))}));
-        let done = head.finished(&text, finish, usage.to_responses_json());
+        let done = head.finished(&text, finish, &usage.to_responses_json());
         let last = if st == "incomplete" { "response.incomplete" } else { "response.completed" };
-        yield seq.with_response(last, &done);
+        yield seq.with_response(last, &*done);
         store(&state, &head, to_store, done, &text);
     };
     sse_events_response(s)
@@ -262,7 +260,19 @@ pub async fn retrieve(
         .responses
         .get(&id, owner(&state, &headers).as_deref())
         .ok_or_else(|| not_found(&id))?;
-    Ok(axum::Json(r.response.clone()).into_response())
+    Ok(json_body(&r.response))
+}
+
+/// An `application/json` body of an already serialized object.
+fn json_body(raw: &RawValue) -> Response {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            axum::http::HeaderValue::from_static("application/json"),
+        )],
+        raw.get().to_owned(),
+    )
+        .into_response()
 }
 
 pub async fn delete(

@@ -3,6 +3,7 @@
 use super::input::{new_item_id, ResponsesRequest};
 use crate::openai::response::now;
 use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
 /// OpenAI's ids: `resp_<32 hex>`.
@@ -64,18 +65,32 @@ impl ResponseHead {
         }
     }
 
-    /// The response object; `output` empty and `usage` null while in progress.
-    pub fn object(&self, status: &str, output: Vec<Value>, usage: Value) -> Value {
-        let mut o = self.fields.clone();
-        o.insert("status".into(), json!(status));
-        let incomplete = match status {
-            "incomplete" => json!({"reason": "max_output_tokens"}),
-            _ => Value::Null,
+    /// The response object, serialized once (events, body and store share it) from borrows:
+    /// the head's fields are not copied. `output` empty and `usage` null while in progress.
+    pub fn object(&self, status: &str, output: &[Value], usage: &Value) -> Box<RawValue> {
+        #[derive(Serialize)]
+        struct Object<'a> {
+            #[serde(flatten)]
+            fields: &'a Map<String, Value>,
+            status: &'a str,
+            incomplete_details: Option<Incomplete>,
+            output: &'a [Value],
+            usage: &'a Value,
+        }
+        #[derive(Serialize)]
+        struct Incomplete {
+            reason: &'static str,
+        }
+        let object = Object {
+            fields: &self.fields,
+            status,
+            incomplete_details: (status == "incomplete").then_some(Incomplete {
+                reason: "max_output_tokens",
+            }),
+            output,
+            usage,
         };
-        o.insert("incomplete_details".into(), incomplete);
-        o.insert("output".into(), Value::Array(output));
-        o.insert("usage".into(), usage);
-        Value::Object(o)
+        serde_json::value::to_raw_value(&object).expect("the response object serializes")
     }
 
     /// The assistant message item: `content` empty while in progress.
@@ -94,9 +109,9 @@ impl ResponseHead {
     }
 
     /// The finished response with its one message.
-    pub fn finished(&self, text: &str, finish_reason: &str, usage: Value) -> Value {
+    pub fn finished(&self, text: &str, finish_reason: &str, usage: &Value) -> Box<RawValue> {
         let st = status(finish_reason);
-        self.object(st, vec![self.item(st, Some(text))], usage)
+        self.object(st, &[self.item(st, Some(text))], usage)
     }
 }
 
