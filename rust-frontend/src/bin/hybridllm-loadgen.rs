@@ -580,7 +580,10 @@ mod tests {
         let rec = run(stream, 3);
         assert!(rec.success, "{}", rec.error);
         assert_eq!((rec.prompt_tokens, rec.output_tokens), (5, 1));
-        let bad = run(b"event: error\ndata: {\"type\":\"error\",\"message\":\"x\"}\n\n", 3);
+        let bad = run(
+            b"event: error\ndata: {\"type\":\"error\",\"message\":\"x\"}\n\n",
+            3,
+        );
         assert!(!bad.success && bad.error.starts_with("stream error"));
     }
 
