@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 
+from hybridllm.distributed.parallel_state import ParallelConfig
+
 _DTYPES = {
     "float32": torch.float32,
     "float": torch.float32,
@@ -60,6 +62,13 @@ class EngineArgs:
     # Benchmarking the frontends alone: the real scheduler path with no model behind it.
     mock_engine: bool = False
     mock_step_ms: float = 0.0
+    # Tensor parallelism (torch.distributed), and its ranks over several nodes as torchrun
+    # spells it.
+    tensor_parallel_size: int = 1
+    nnodes: int = 1
+    node_rank: int = 0
+    master_addr: str = "127.0.0.1"
+    master_port: int | None = None
 
     @staticmethod
     def add_cli_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -96,6 +105,19 @@ class EngineArgs:
                             help="No model: real scheduling, dummy tokens (frontend benchmarks).")
         parser.add_argument("--mock-step-ms", type=float, default=d.mock_step_ms,
                             help="With --mock-engine: time each engine step takes.")
+        parser.add_argument("--tensor-parallel-size", "-tp", type=int,
+                            default=d.tensor_parallel_size,
+                            help="Shard the model over this many ranks (torch.distributed: "
+                                 "gloo on CPU, NCCL on CUDA).")
+        parser.add_argument("--nnodes", type=int, default=d.nnodes,
+                            help="Nodes the tensor-parallel ranks are spread over.")
+        parser.add_argument("--node-rank", type=int, default=d.node_rank,
+                            help="This node's index (0 runs the frontend and rank 0).")
+        parser.add_argument("--master-addr", default=d.master_addr,
+                            help="Node 0's address, where every rank meets.")
+        parser.add_argument("--master-port", type=int, default=d.master_port,
+                            help="The rendezvous port on --master-addr (default on one node: "
+                                 "a free one).")
         return parser
 
     @classmethod
@@ -151,6 +173,18 @@ class EngineArgs:
                 f"max_num_batched_tokens ({batched}) is smaller than max_model_len "
                 f"({max_model_len}) with chunked prefill off: long prompts could never run."
             )
+        parallel = ParallelConfig(self.tensor_parallel_size, self.nnodes, self.node_rank,
+                                  self.master_addr, self.master_port)
+        parallel.check()
+        if parallel.tensor_parallel_size > 1 and (task != "generate" or self.mock_engine):
+            raise ValueError(
+                f"--tensor-parallel-size {parallel.tensor_parallel_size}: tensor parallelism "
+                "shards a generative model's forward pass; "
+                + ("--mock-engine has none" if self.mock_engine
+                   else f"{folder.name} is an embedding model (task {task!r})")
+            )
+        if parallel.tensor_parallel_size > 1:
+            _check_shardable(model_cfg, parallel.tensor_parallel_size, folder.name)
         scheduler = SchedulerConfig(
             max_num_seqs=self.max_num_seqs,
             max_num_batched_tokens=batched,
@@ -167,7 +201,21 @@ class EngineArgs:
             scheduler=scheduler,
             task=task,
             pooler=pooler,
+            parallel=parallel,
         )
+
+
+def _check_shardable(cfg: Any, tp: int, name: str) -> None:
+    """Each rank must hold whole heads: refuse at start-up, naming the numbers."""
+    sizes = {
+        "attention heads": cfg.num_attention_heads,
+        "KV heads": cfg.num_key_value_heads,
+        "intermediate_size": cfg.intermediate_size,
+    }
+    bad = [f"{what} ({n})" for what, n in sizes.items() if n % tp]
+    if bad:
+        raise ValueError(f"--tensor-parallel-size {tp} must divide the {' and the '.join(bad)} "
+                         f"of {name}")
 
 
 @dataclass
@@ -181,6 +229,7 @@ class EngineConfig:
     scheduler: SchedulerConfig
     task: str = "generate"  # models.task.ModelTask: "generate" or "embed"
     pooler: Any = None  # models.pooler_config.PoolerConfig for embed
+    parallel: ParallelConfig = ParallelConfig()
 
     @property
     def max_model_len(self) -> int:

@@ -185,7 +185,13 @@ def test_keep_alive_serves_on_with_the_other_rank(tmp_path: Path, model_path: Pa
     (["-dp", "2", "--data-parallel-multi-port-external-lb", "--connect-engine", "unix:///x"],
      "--data-parallel-external-lb and --connect-engine cannot go together"),
     (["-dp", "0"], "--data-parallel-size must be at least 1, got 0"),
-    (["-tp", "2"], "--tensor-parallel-size 2"),
+    (["-tp", "2"], "--tensor-parallel-size 2 must divide the attention heads (9) and the KV "
+                   "heads (3) of SmolLM2-135M-Instruct"),
+    (["-tp", "3", "--nnodes", "2"], "--nnodes 2 must divide --tensor-parallel-size 3"),
+    (["-tp", "2", "--nnodes", "2", "--node-rank", "1"],
+     "--headless and --node-rank 1 go together"),
+    (["-tp", "2", "--nnodes", "2", "--node-rank", "1", "--headless", "--rust-frontend"],
+     "--headless and --rust-frontend cannot go together"),
     (["--data-parallel-keep-alive"], "--data-parallel-keep-alive needs --data-parallel-size > 1"),
 ])
 def test_refused_combinations(flags: list[str], message: str) -> None:

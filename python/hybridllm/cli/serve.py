@@ -62,7 +62,9 @@ def add_parallel_args(parser: argparse.ArgumentParser) -> None:
                         help="With --data-parallel-size N: when a worker (or, with "
                              "--data-parallel-external-lb, a rank) dies, serve on with the "
                              "others instead of shutting down; exit non-zero when none is left.")
-    parser.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
+    parser.add_argument("--headless", action="store_true",
+                        help="On a node other than 0 (--node-rank >= 1): run only this node's "
+                             "tensor-parallel ranks, no API server.")
     parser.add_argument("--supervisor-port", type=int, default=None,
                         help="The supervisor's aggregated /health (default: --port + N).")
     parser.add_argument("--health-probe-interval", type=float, default=1.0,
@@ -79,14 +81,27 @@ class ServeModeError(ValueError):
 
 def select_mode(args: argparse.Namespace) -> str:
     """The one place that decides how `serve` runs: "rust" (the Rust frontend over a worker),
-    "dp-supervisor" (one server per data-parallel rank) or "python" (the fallback frontend).
+    "dp-supervisor" (one server per data-parallel rank), "python" (the fallback frontend) or
+    "headless" (a node other than 0 of a multi-node tensor-parallel engine: its ranks only).
     Combinations that cannot work are refused, naming both flags."""
     dp, tp = args.data_parallel_size, args.tensor_parallel_size
     if dp < 1:
         raise ServeModeError(f"--data-parallel-size must be at least 1, got {dp}")
-    if tp != 1:
-        raise ServeModeError(f"--tensor-parallel-size {tp}: tensor parallelism is not available "
-                             "in this version (only 1)")
+    if tp < 1:
+        raise ServeModeError(f"--tensor-parallel-size must be at least 1, got {tp}")
+    if args.headless or args.node_rank != 0:
+        if not (args.headless and args.node_rank != 0):
+            raise ServeModeError(f"--headless and --node-rank {args.node_rank} go together: "
+                                 "node 0 serves the API, every other node runs headless")
+        if args.rust_frontend or dp != 1:
+            flag = "--rust-frontend" if args.rust_frontend else "--data-parallel-size"
+            raise ServeModeError(f"--headless and {flag} cannot go together: a headless node "
+                                 "serves no API (node 0 does)")
+        return "headless"
+    if dp > 1 and (args.nnodes != 1 or args.master_port is not None):
+        flag = "--nnodes" if args.nnodes != 1 else "--master-port"
+        raise ServeModeError(f"--data-parallel-size {dp} and {flag} cannot go together: each "
+                             "data-parallel rank's tensor-parallel group meets on its own port")
     if dp == 1:
         if args.data_parallel_keep_alive and args.data_parallel_rank is None:
             raise ServeModeError("--data-parallel-keep-alive needs --data-parallel-size > 1 "
@@ -131,12 +146,22 @@ def run(args: argparse.Namespace) -> int:
     except ServeModeError as e:
         print(f"hybridllm serve: {e}", flush=True)
         return 2
+    if args.tensor_parallel_size > 1 or args.nnodes > 1:
+        try:  # a shape the ranks cannot split is refused here, before any process starts
+            EngineArgs.from_cli_args(args).resolve()
+        except ValueError as e:
+            print(f"hybridllm serve: {e}", flush=True)
+            return 2
     print(f"hybridllm serve: mode {mode}" + ("" if args.data_parallel_rank is None else
                                              f" (data-parallel rank {args.data_parallel_rank})"),
           flush=True)
     exit_with_launcher()  # a supervisor's rank leaves with it
     if mode == "dp-supervisor":
         return run_dp_supervisor(args)
+    if mode == "headless":
+        from hybridllm.executor.tp_worker import run_headless
+
+        return run_headless(EngineArgs.from_cli_args(args).resolve())
     if mode == "rust":
         return run_rust_frontend(args)
     from hybridllm.entrypoints.openai.api_server import run_python_server

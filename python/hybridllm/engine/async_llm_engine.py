@@ -244,6 +244,8 @@ class AsyncLLMEngine:
         self._wakeup.set()
         if self._thread is not None:
             await asyncio.to_thread(self._thread.join)
+        if isinstance(self.engine, LLMEngine):
+            self.engine.shutdown()
 
 
 def _num_seqs(params: SamplingParams | BeamSearchParams | PoolingParams) -> int:

@@ -6,6 +6,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import torch
+
 from hybridllm.config import EngineArgs, EngineConfig
 from hybridllm.core.kv_cache_manager import KVCacheManager
 from hybridllm.core.scheduler import Scheduler
@@ -13,11 +15,12 @@ from hybridllm.engine.beam_groups import BeamGroups
 from hybridllm.engine.output_processor import OutputProcessor
 from hybridllm.executor.mock_runner import MockModelRunner
 from hybridllm.executor.model_runner import ModelRunner
+from hybridllm.executor.tp_worker import start_ranks, threads_per_rank, with_rendezvous
 from hybridllm.outputs import RequestOutput
 from hybridllm.sampling import build_sampler
 from hybridllm.sampling_params import BeamSearchParams, SamplingParams
 from hybridllm.sequence import Request, Sequence, make_generator
-from hybridllm.step_types import StepResult
+from hybridllm.step_types import StepResult, TokenSampler
 from hybridllm.text.tokenizer import load_tokenizer
 
 
@@ -26,6 +29,16 @@ class EngineStats:
     prompt_tokens_total: int = 0
     generation_tokens_total: int = 0
     requests_finished_total: int = 0
+
+
+def _build_runner(config: EngineConfig, sampler: TokenSampler) -> ModelRunner:
+    """The engine's runner; under tensor parallelism, rank 0's, after this node's other ranks
+    were started (they join the group as the runner does)."""
+    if config.parallel.tensor_parallel_size > 1:
+        config = with_rendezvous(config)
+        torch.set_num_threads(threads_per_rank(config))
+        start_ranks(config, config.parallel.node_ranks()[1:])
+    return ModelRunner(config, sampler)
 
 
 class LLMEngine:
@@ -39,7 +52,7 @@ class LLMEngine:
             self.runner: ModelRunner | MockModelRunner = MockModelRunner(config)
         else:
             sampler = build_sampler(config.model, config.args.seed, config.device)
-            self.runner = ModelRunner(config, sampler)
+            self.runner = _build_runner(config, sampler)
         self.kv = KVCacheManager(
             self.runner.num_blocks, config.args.block_size, config.args.enable_prefix_caching
         )
@@ -54,6 +67,11 @@ class LLMEngine:
     @classmethod
     def from_engine_args(cls, args: EngineArgs, detokenize: bool = True) -> LLMEngine:
         return cls(args.resolve(), detokenize=detokenize)
+
+    def shutdown(self) -> None:
+        """Release the other tensor-parallel ranks (nothing to do without them)."""
+        if isinstance(self.runner, ModelRunner):
+            self.runner.shutdown()
 
     @property
     def max_model_len(self) -> int:

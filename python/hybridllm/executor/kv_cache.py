@@ -12,10 +12,15 @@ from hybridllm.models.llama import LlamaForCausalLM
 from hybridllm.step_types import AttentionMetadata
 
 
+def kv_heads_per_rank(config: EngineConfig) -> int:
+    """The KV heads one tensor-parallel rank caches."""
+    return config.model.num_key_value_heads // config.parallel.tensor_parallel_size
+
+
 def bytes_per_block(config: EngineConfig, block_size: int) -> int:
     m = config.model
     element = torch.tensor([], dtype=config.dtype).element_size()
-    return 2 * m.num_hidden_layers * block_size * m.num_key_value_heads * m.head_dim * element
+    return 2 * m.num_hidden_layers * block_size * kv_heads_per_rank(config) * m.head_dim * element
 
 
 def needs_profile(config: EngineConfig) -> bool:
@@ -68,7 +73,7 @@ def num_kv_blocks(config: EngineConfig, peak_bytes: int | None = None) -> int:
 
 def allocate_kv_caches(config: EngineConfig, num_blocks: int) -> list[torch.Tensor]:
     m = config.model
-    shape = (2, num_blocks, config.args.block_size, m.num_key_value_heads, m.head_dim)
+    shape = (2, num_blocks, config.args.block_size, kv_heads_per_rank(config), m.head_dim)
     return [
         torch.zeros(shape, dtype=config.dtype, device=config.device)
         for _ in range(m.num_hidden_layers)

@@ -3,10 +3,16 @@
 On CUDA: fused Triton layer ops, the KV cache sized after a profiling pass, pure-decode steps
 replayed from CUDA graphs (executor/cuda_graph.py), and the Triton sampler. On CPU: the torch
 layers, torch attention and the torch sampler, exactly as before.
+
+Under tensor parallelism every rank builds a runner over its shard of the model; rank 0's is
+the engine's: it prepares each step, broadcasts the step's host inputs and the logit rows it
+will ask for (StepMessage), and samples. The other ranks run `follow()`: the same forward pass
+and LM-head gathers on what rank 0 sent, until it sends None.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,10 +22,11 @@ import torch
 
 from hybridllm.attention import get_attention_backend
 from hybridllm.config import EngineConfig
+from hybridllm.distributed.parallel_state import SINGLE, TensorParallelGroup, init_group
 from hybridllm.executor.beam_candidates import beam_candidates, copy_blocks
 from hybridllm.executor.cpu_env import keep_freed_memory
 from hybridllm.executor.cuda_graph import DecodeGraphs, capture_sizes
-from hybridllm.executor.input_batch import InputBatch
+from hybridllm.executor.input_batch import InputBatch, PreparedBatch
 from hybridllm.executor.kv_cache import (
     allocate_kv_caches,
     needs_profile,
@@ -52,17 +59,31 @@ class ModelInputs:
     prompt_lp: list[tuple[Sequence, int, list[int]]]
 
 
+@dataclass
+class StepMessage:
+    """What rank 0 sends the other tensor-parallel ranks each step."""
+
+    batch: PreparedBatch  # without sample_seqs / prompt_lp (only rank 0 holds sequences)
+    logit_rows: list[list[int] | None]  # each LM-head call's rows (None: every row)
+    blocks_to_copy: list[tuple[int, int]]
+
+
 class ModelRunner:
-    def __init__(self, config: EngineConfig, sampler: TokenSampler) -> None:
-        """`sampler` picks each sampling row's token (sampling/: the engine chooses it)."""
+    def __init__(
+        self, config: EngineConfig, sampler: TokenSampler | None, rank: int = 0
+    ) -> None:
+        """`sampler` picks each sampling row's token (sampling/: the engine chooses it); the
+        tensor-parallel ranks other than 0 have none."""
         self._init_host(config, sampler)
         if self.device.type == "cpu":
             keep_freed_memory()
+        if config.parallel.tensor_parallel_size > 1:
+            self.tp = init_group(rank, config.parallel, self.device)
         torch.manual_seed(config.args.seed)
         load_format = "dummy" if config.args.load_format == "dummy" else "safetensors"
         self.model = load_model(
             config.model_path, config.model, config.dtype, self.device,
-            config.max_model_len, load_format,
+            config.max_model_len, load_format, self.tp,
         )
         if (
             self.device.type == "cpu"
@@ -76,15 +97,20 @@ class ModelRunner:
         if needs_profile(config):
             peak = profile_peak_bytes(config, self.model, self.backend)
         self.num_blocks = num_kv_blocks(config, peak)
+        if self.tp.world_size > 1:  # the ranks' caches must hold the same blocks
+            blocks = torch.tensor([self.num_blocks])
+            torch.distributed.all_reduce(blocks, op=torch.distributed.ReduceOp.MIN)
+            self.num_blocks = int(blocks.item())
         self.kv_caches = allocate_kv_caches(config, self.num_blocks)
         self.graphs = self._capture_graphs()
 
-    def _init_host(self, config: EngineConfig, sampler: TokenSampler) -> None:
+    def _init_host(self, config: EngineConfig, sampler: TokenSampler | None) -> None:
         """The host-side state, apart from the model (FakeForwardRunner shares it)."""
         self.config = config
         self.device = config.device
         self.block_size = config.args.block_size
         self.sampler = sampler
+        self.tp: TensorParallelGroup = SINGLE
         self.input_batch = InputBatch(
             config.scheduler.max_num_seqs, -(-config.max_model_len // self.block_size),
             self.block_size,
@@ -92,12 +118,14 @@ class ModelRunner:
 
     def _capture_graphs(self) -> DecodeGraphs | None:
         """Decode graphs on CUDA with the Triton backend (the torch backend plans from host
-        values each step, so it cannot be replayed), unless --enforce-eager."""
+        values each step, so it cannot be replayed), unless --enforce-eager. Not under tensor
+        parallelism: its all-reduces are not captured."""
         config = self.config
         if (
             self.device.type != "cuda"
             or self.backend.name != "triton"
             or config.args.enforce_eager
+            or self.tp.world_size > 1
         ):
             return None
         graphs = DecodeGraphs(
@@ -117,7 +145,9 @@ class ModelRunner:
         return tensor
 
     def prepare(self, sched: SchedulerOutput) -> ModelInputs:
-        host = self.input_batch.prepare(sched)
+        return self._device_inputs(self.input_batch.prepare(sched))
+
+    def _device_inputs(self, host: PreparedBatch) -> ModelInputs:
         meta = AttentionMetadata(
             slot_mapping=self._to_device(host.slot_mapping, torch.int64),
             cu_seqlens_q=self._to_device(host.cu_seqlens_q, torch.int32),
@@ -143,28 +173,31 @@ class ModelRunner:
     ) -> StepResult:
         """The forward pass and sampling. `while_running` is called once: on CUDA after the
         forward pass is queued (it runs while the GPU computes), on CPU before it."""
-        inputs = self.prepare(sched)
+        host = self.input_batch.prepare(sched)
+        inputs = self._device_inputs(host)
+        # The LM-head calls of this step: the sampling rows first, then each prompt-logprob
+        # chunk's rows.
+        num_rows = len(host.input_ids)
+        sample_group: list[list[int] | None] = (
+            [None] if len(host.sample_rows) == num_rows
+            else [host.sample_rows] if host.sample_rows else []
+        )
+        logit_rows = sample_group + [rows for _, _, rows in host.prompt_lp]
+        if self.tp.world_size > 1:
+            bare = dataclasses.replace(host, sample_seqs=[], prompt_lp=[])
+            self.tp.broadcast(StepMessage(bare, logit_rows, sched.blocks_to_copy))
         if sched.blocks_to_copy:
             copy_blocks(self.kv_caches, sched.blocks_to_copy)
         overlap = self.device.type == "cuda"
         if while_running is not None and not overlap:
             while_running()
-        if self.graphs is not None and self.graphs.can_run(inputs.meta):
-            hidden = self.graphs.run(inputs.input_ids, inputs.positions, inputs.meta)
-        else:
-            hidden = self.model(
-                inputs.input_ids, inputs.positions, self.kv_caches, inputs.meta, self.backend
-            )
+        hidden = self._forward(inputs)
         if while_running is not None and overlap:
             while_running()
-        prompt_logprobs = self._prompt_logprobs(hidden, inputs)
-        if len(inputs.sample_rows) == hidden.shape[0]:
-            # Every row samples (all decode, or one-token chunks): rows 0..T-1 in order.
-            logits = self.model.compute_logits(hidden)
-            sampled = self.sampler(logits, inputs.sample_seqs)
-        elif inputs.sample_rows:
-            rows = self._to_device(inputs.sample_rows, torch.int64)
-            logits = self.model.compute_logits(hidden.index_select(0, rows))
+        logits_list = self._logits(hidden, logit_rows)
+        prompt_logprobs = self._prompt_logprobs(logits_list[len(sample_group):], inputs)
+        if sample_group:
+            logits = logits_list[0]
             sampled = self.sampler(logits, inputs.sample_seqs)
         else:
             sampled = SamplerOutput([], [], [])
@@ -175,13 +208,48 @@ class ModelRunner:
             )
         return result
 
+    @torch.inference_mode()
+    def follow(self) -> None:
+        """A tensor-parallel rank other than 0: run rank 0's steps until it sends None."""
+        while True:
+            msg = self.tp.broadcast(None)
+            if msg is None:
+                return
+            assert isinstance(msg, StepMessage)
+            if msg.blocks_to_copy:
+                copy_blocks(self.kv_caches, msg.blocks_to_copy)
+            hidden = self._forward(self._device_inputs(msg.batch))
+            self._logits(hidden, msg.logit_rows)
+
+    def shutdown(self) -> None:
+        """Rank 0: let the other tensor-parallel ranks leave their loop."""
+        if self.tp.world_size > 1 and self.tp.rank == 0:
+            self.tp.broadcast(None)
+            self.tp = SINGLE
+
+    def _forward(self, inputs: ModelInputs) -> torch.Tensor:
+        if self.graphs is not None and self.graphs.can_run(inputs.meta):
+            return self.graphs.run(inputs.input_ids, inputs.positions, inputs.meta)
+        return self.model(
+            inputs.input_ids, inputs.positions, self.kv_caches, inputs.meta, self.backend
+        )
+
+    def _logits(
+        self, hidden: torch.Tensor, logit_rows: list[list[int] | None]
+    ) -> list[torch.Tensor]:
+        out = []
+        for rows in logit_rows:
+            if rows is not None:
+                hidden_rows = hidden.index_select(0, self._to_device(rows, torch.int64))
+            out.append(self.model.compute_logits(hidden if rows is None else hidden_rows))
+        return out
+
     def _prompt_logprobs(
-        self, hidden: torch.Tensor, inputs: ModelInputs
+        self, logits_list: list[torch.Tensor], inputs: ModelInputs
     ) -> dict[int, tuple[int, list[LogprobsDict]]]:
         out: dict[int, tuple[int, list[LogprobsDict]]] = {}
-        for seq, start, rows in inputs.prompt_lp:
-            idx = torch.tensor(rows, device=self.device)
-            logprobs = self.model.compute_logits(hidden.index_select(0, idx)).log_softmax(-1)
+        for (seq, start, rows), logits in zip(inputs.prompt_lp, logits_list):
+            logprobs = logits.log_softmax(-1)
             targets = torch.tensor(
                 seq.token_ids[start + 1 : start + 1 + len(rows)], device=self.device
             )

@@ -2,16 +2,24 @@
 
 forward() takes a flat batch of tokens from many sequences (prompt chunks and decode tokens
 mixed) and returns hidden states; compute_logits() runs the LM head only on the rows asked for.
+
+Under tensor parallelism (a TensorParallelGroup of world size T) each rank holds 1/T of the
+attention heads and KV heads (column-parallel qkv), of the MLP columns (column-parallel
+gate_up) and the matching input rows of o_proj and down_proj (row-parallel: their outputs are
+summed over ranks), and 1/T of the vocabulary's LM-head rows (logits gathered over ranks).
+Embeddings and norms are replicated.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 
 import torch
 from torch import nn
 
 from hybridllm.attention import AttentionBackend
+from hybridllm.distributed.parallel_state import SINGLE, TensorParallelGroup
 from hybridllm.models import layers
 from hybridllm.models.config import LlamaConfig
 from hybridllm.models.cpu_linear import PackedLinear, pack_linears
@@ -20,10 +28,11 @@ from hybridllm.step_types import AttentionMetadata
 
 
 class LlamaAttention(nn.Module):
-    def __init__(self, cfg: LlamaConfig) -> None:
+    def __init__(self, cfg: LlamaConfig, tp: TensorParallelGroup = SINGLE) -> None:
         super().__init__()
-        self.num_heads = cfg.num_attention_heads
-        self.num_kv_heads = cfg.num_key_value_heads
+        self.tp = tp
+        self.num_heads = tp.shard(cfg.num_attention_heads, "the attention heads")
+        self.num_kv_heads = tp.shard(cfg.num_key_value_heads, "the KV heads")
         self.head_dim = cfg.head_dim
         self.q_size = self.num_heads * self.head_dim
         self.kv_size = self.num_kv_heads * self.head_dim
@@ -54,25 +63,27 @@ class LlamaAttention(nn.Module):
         key_cache, value_cache = kv_cache[0], kv_cache[1]
         backend.write_kv(k, v, key_cache, value_cache, meta.slot_mapping)
         out = backend.forward(q, key_cache, value_cache, meta, self.scale, key=k, value=v)
-        return self.o_proj(out.reshape(-1, self.q_size))
+        return self.tp.all_reduce(self.o_proj(out.reshape(-1, self.q_size)))
 
 
 class LlamaMLP(nn.Module):
-    def __init__(self, cfg: LlamaConfig) -> None:
+    def __init__(self, cfg: LlamaConfig, tp: TensorParallelGroup = SINGLE) -> None:
         super().__init__()
-        self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        self.tp = tp
+        inter = tp.shard(cfg.intermediate_size, "intermediate_size")
+        self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * inter, bias=False)
+        self.down_proj = nn.Linear(inter, cfg.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor, ops: LayerOps) -> torch.Tensor:
-        return self.down_proj(ops.silu_and_mul(self.gate_up_proj(x)))
+        return self.tp.all_reduce(self.down_proj(ops.silu_and_mul(self.gate_up_proj(x))))
 
 
 class LlamaDecoderLayer(nn.Module):
-    def __init__(self, cfg: LlamaConfig) -> None:
+    def __init__(self, cfg: LlamaConfig, tp: TensorParallelGroup = SINGLE) -> None:
         super().__init__()
         self.eps = cfg.rms_norm_eps
-        self.self_attn = LlamaAttention(cfg)
-        self.mlp = LlamaMLP(cfg)
+        self.self_attn = LlamaAttention(cfg, tp)
+        self.mlp = LlamaMLP(cfg, tp)
         self.input_layernorm = nn.Parameter(torch.ones(cfg.hidden_size))
         self.post_attention_layernorm = nn.Parameter(torch.ones(cfg.hidden_size))
 
@@ -98,16 +109,25 @@ class LlamaDecoderLayer(nn.Module):
 
 
 class LlamaForCausalLM(nn.Module):
-    def __init__(self, cfg: LlamaConfig, max_positions: int) -> None:
+    def __init__(
+        self, cfg: LlamaConfig, max_positions: int, tp: TensorParallelGroup = SINGLE
+    ) -> None:
         super().__init__()
         self.cfg = cfg
+        self.tp = tp
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.ModuleList(LlamaDecoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
+        self.layers = nn.ModuleList(
+            LlamaDecoderLayer(cfg, tp) for _ in range(cfg.num_hidden_layers)
+        )
         self.norm = nn.Parameter(torch.ones(cfg.hidden_size))
+        # Vocab-parallel: rank r holds rows [r * V', (r + 1) * V') of the vocabulary padded to
+        # T * V' (the padding rows stay zero; their logits are cut off after the gather). A
+        # tied head gets its own copy of the embedding's rows then.
+        self.vocab_per_rank = -(-cfg.vocab_size // tp.world_size)
         self.lm_head = (
             None
-            if cfg.tie_word_embeddings
-            else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+            if cfg.tie_word_embeddings and tp.world_size == 1
+            else nn.Linear(cfg.hidden_size, self.vocab_per_rank, bias=False)
         )
         cos_sin = layers.rope_cos_sin(cfg.head_dim, max_positions, cfg.rope_theta, cfg.rope_scaling)
         self.register_buffer("cos_sin", cos_sin, persistent=False)
@@ -144,30 +164,79 @@ class LlamaForCausalLM(nn.Module):
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.packed_lm_head is not None:
-            return self.packed_lm_head(hidden).float()
-        weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return torch.matmul(hidden, weight.t()).float()
+            logits = self.packed_lm_head(hidden)
+        else:
+            weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+            logits = torch.matmul(hidden, weight.t())
+        if self.tp.world_size > 1:
+            logits = self.tp.all_gather_last(logits)[:, : self.cfg.vocab_size]
+        return logits.float()
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Load Hugging Face names, fusing q/k/v and gate/up into their packed projections."""
         params = dict(self.named_parameters())
         loaded: set[str] = set()
+        local = _local_config(self.cfg, self.tp)
         for name, tensor in weights:
-            target, shard = _map_hf_name(name, self.cfg)
+            if self.tp.world_size > 1 and name == "model.embed_tokens.weight" and (
+                self.cfg.tie_word_embeddings
+            ):
+                self._load_vocab_rows(params["lm_head.weight"], tensor)
+            target, shard = _map_hf_name(name, local)
             if target is None:
                 continue
             param = params[target]
             with torch.no_grad():
-                if shard is None:
-                    param.copy_(tensor.to(param.dtype))
+                if target == "lm_head.weight":
+                    self._load_vocab_rows(param, tensor)
+                elif shard is None:
+                    param.copy_(_rank_slice(name, tensor, self.tp).to(param.dtype))
                 else:
                     start, size = shard
-                    param.narrow(0, start, size).copy_(tensor.to(param.dtype))
+                    part = _rank_slice(name, tensor, self.tp)
+                    param.narrow(0, start, size).copy_(part.to(param.dtype))
             loaded.add(name)
         expected = _expected_hf_names(self.cfg)
         missing = expected - loaded
         if missing:
             raise ValueError(f"checkpoint is missing {len(missing)} tensors, e.g. {min(missing)}")
+
+    @torch.no_grad()
+    def _load_vocab_rows(self, param: torch.Tensor, full: torch.Tensor) -> None:
+        """This rank's rows of a [vocab, hidden] matrix into the vocab-parallel head."""
+        start = self.tp.rank * self.vocab_per_rank
+        rows = full[start : start + self.vocab_per_rank]
+        param.zero_()
+        param[: rows.shape[0]].copy_(rows.to(param.dtype))
+
+
+def _local_config(cfg: LlamaConfig, tp: TensorParallelGroup) -> LlamaConfig:
+    """The shapes one rank holds: its heads, KV heads and MLP columns."""
+    if tp.world_size == 1:
+        return cfg
+    return dataclasses.replace(
+        cfg,
+        num_attention_heads=tp.shard(cfg.num_attention_heads, "the attention heads"),
+        num_key_value_heads=tp.shard(cfg.num_key_value_heads, "the KV heads"),
+        intermediate_size=tp.shard(cfg.intermediate_size, "intermediate_size"),
+    )
+
+
+# Column-parallel checkpoint tensors are cut along their output rows, row-parallel ones along
+# their input columns; everything else (embeddings, norms) is replicated.
+_COLUMN_PARALLEL = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
+_ROW_PARALLEL = ("o_proj", "down_proj")
+
+
+def _rank_slice(name: str, tensor: torch.Tensor, tp: TensorParallelGroup) -> torch.Tensor:
+    if tp.world_size == 1:
+        return tensor
+    parts = name.split(".")
+    if any(p in parts for p in _COLUMN_PARALLEL):
+        return tensor.chunk(tp.world_size, dim=0)[tp.rank]
+    if any(p in parts for p in _ROW_PARALLEL):
+        return tensor.chunk(tp.world_size, dim=1)[tp.rank]
+    return tensor
 
 
 def _shards(cfg: LlamaConfig) -> dict[str, tuple[str, int, int]]:

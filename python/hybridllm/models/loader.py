@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
+from hybridllm.distributed.parallel_state import SINGLE, TensorParallelGroup
 from hybridllm.models.bert import BertModel
 from hybridllm.models.bert_config import BertConfig
 from hybridllm.models.config import LlamaConfig
@@ -32,9 +33,11 @@ def load_model(
     device: torch.device,
     max_positions: int,
     load_format: str = "safetensors",
+    tp: TensorParallelGroup = SINGLE,
 ) -> LlamaForCausalLM:
+    """Under tensor parallelism each rank reads the whole checkpoint and keeps its shard."""
     with torch.device(device):
-        model = LlamaForCausalLM(cfg, max_positions)
+        model = LlamaForCausalLM(cfg, max_positions, tp)
     model.to(dtype=dtype)
     model.cos_sin = model.cos_sin.float()  # RoPE tables stay fp32 whatever the weights' dtype
     if load_format == "dummy":
