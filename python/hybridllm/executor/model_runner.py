@@ -22,7 +22,12 @@ import torch
 
 from hybridllm.attention import get_attention_backend
 from hybridllm.config import EngineConfig
-from hybridllm.distributed.parallel_state import SINGLE, TensorParallelGroup, init_group
+from hybridllm.distributed.parallel_state import (
+    SINGLE,
+    TensorParallelGroup,
+    destroy_group,
+    init_group,
+)
 from hybridllm.executor.beam_candidates import beam_candidates, copy_blocks
 from hybridllm.executor.cpu_env import keep_freed_memory
 from hybridllm.executor.cuda_graph import DecodeGraphs, capture_sizes
@@ -226,6 +231,7 @@ class ModelRunner:
         if self.tp.world_size > 1 and self.tp.rank == 0:
             self.tp.broadcast(None)
             self.tp = SINGLE
+            destroy_group()  # another engine in this process may form a group of its own
 
     def _forward(self, inputs: ModelInputs) -> torch.Tensor:
         if self.graphs is not None and self.graphs.can_run(inputs.meta):
