@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -34,11 +36,16 @@ class EngineStats:
 def _build_runner(config: EngineConfig, sampler: TokenSampler) -> ModelRunner:
     """The engine's runner; under tensor parallelism, rank 0's, after this node's other ranks
     were started (they join the group as the runner does)."""
-    if config.parallel.tensor_parallel_size > 1:
-        config = with_rendezvous(config)
-        torch.set_num_threads(threads_per_rank(config))
-        start_ranks(config, config.parallel.node_ranks()[1:])
-    return ModelRunner(config, sampler)
+    if config.parallel.tensor_parallel_size == 1:
+        return ModelRunner(config, sampler)
+    config = with_rendezvous(config)
+    torch.set_num_threads(threads_per_rank(config))
+    start_ranks(config, config.parallel.node_ranks()[1:])
+    runner = ModelRunner(config, sampler)
+    # An offline script may end without shutting the engine down: release the ranks then.
+    ref = weakref.ref(runner)
+    atexit.register(lambda: (r := ref()) is not None and r.shutdown())
+    return runner
 
 
 class LLMEngine:

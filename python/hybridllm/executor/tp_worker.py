@@ -2,17 +2,19 @@
 
 Node 0 runs rank 0 inside the engine's own process (its runner is the engine's) and starts
 its other ranks here; every other node (`serve --headless`) starts all of its ranks here and
-waits for them. Each rank is a spawned process (CUDA cannot be forked) that leaves when its
-parent dies, and its torch thread count is its share of the node's.
+waits for them. Each rank is a fresh interpreter running `rank_main()` (the engine config
+pickled on its stdin): CUDA cannot be forked, and multiprocessing's spawn
+would re-run the user's main script (an offline script without a `__main__` guard). A rank
+leaves when its parent dies, and its torch thread count is its share of the node's.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing as mp
-import os
+import pickle
 import signal
-from multiprocessing.process import BaseProcess
+import subprocess
+import sys
 
 import torch
 
@@ -35,26 +37,34 @@ def threads_per_rank(config: EngineConfig) -> int:
     return max(1, torch.get_num_threads() // config.parallel.ranks_per_node)
 
 
-def start_ranks(config: EngineConfig, ranks: range | list[int]) -> list[BaseProcess]:
+_RANK_MAIN = "from hybridllm.executor.tp_worker import rank_main; rank_main()"
+
+
+def start_ranks(config: EngineConfig, ranks: range | list[int]) -> list[subprocess.Popen]:
     """One process per rank, each joining the group at config.parallel's rendezvous."""
-    ctx = mp.get_context("spawn")
+    payload = pickle.dumps(config)
     threads = threads_per_rank(config)
     procs = []
     for rank in ranks:
-        proc = ctx.Process(target=run_rank, args=(config, rank, threads), daemon=True,
-                           name=f"hybridllm-tp-rank-{rank}")
-        proc.start()
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _RANK_MAIN, str(rank), str(threads)],
+            stdin=subprocess.PIPE,
+        )
+        assert proc.stdin is not None
+        proc.stdin.write(payload)
+        proc.stdin.close()
         procs.append(proc)
     return procs
 
 
-def run_rank(config: EngineConfig, rank: int, threads: int) -> None:
-    """A rank other than 0: its shard of the model, then rank 0's steps until it stops."""
+def run_rank(config: EngineConfig, rank: int, threads: int) -> int:
+    """A rank other than 0: its shard of the model, then rank 0's steps until it stops (0),
+    or until rank 0 is gone (1)."""
     import ctypes
 
     from hybridllm.executor.model_runner import ModelRunner
 
-    try:  # leave with the parent (a daemon process is not ended when its parent is killed)
+    try:  # leave with the parent
         ctypes.CDLL("libc.so.6").prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     except OSError:
         pass
@@ -62,8 +72,14 @@ def run_rank(config: EngineConfig, rank: int, threads: int) -> None:
     if config.device.type == "cuda":
         torch.cuda.set_device(rank % config.parallel.ranks_per_node)
     runner = ModelRunner(config, None, rank=rank)
-    runner.follow()
+    try:
+        runner.follow()
+    except RuntimeError as e:  # gloo / NCCL: a peer's connection closed
+        print(f"hybridllm: tensor-parallel rank {rank}: the group broke ({e}); leaving",
+              file=sys.stderr, flush=True)
+        return 1
     destroy_group()
+    return 0
 
 
 def run_headless(config: EngineConfig) -> int:
@@ -85,17 +101,22 @@ def run_headless(config: EngineConfig) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     failed = False
-    for proc in procs:
-        proc.join()
-        if proc.exitcode and not stopping:
+    for rank, proc in zip(parallel.node_ranks(), procs):
+        code = proc.wait()
+        if code and not stopping:
             failed = True
-            print(f"hybridllm: tensor-parallel rank {proc.name} exited with status "
-                  f"{proc.exitcode}; stopping this node", flush=True)
+            print(f"hybridllm: tensor-parallel rank {rank} exited with status {code}; "
+                  "stopping this node", flush=True)
             _terminate(procs)
     return 1 if failed else 0
 
 
-def _terminate(procs: list[BaseProcess]) -> None:
+def _terminate(procs: list[subprocess.Popen]) -> None:
     for proc in procs:
-        if proc.is_alive() and proc.pid is not None:
-            os.kill(proc.pid, signal.SIGTERM)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+
+
+def rank_main() -> None:
+    """A rank's process: `python -c _RANK_MAIN RANK THREADS`, its config on stdin."""
+    sys.exit(run_rank(pickle.load(sys.stdin.buffer), int(sys.argv[1]), int(sys.argv[2])))
