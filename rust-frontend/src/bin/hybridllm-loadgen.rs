@@ -149,38 +149,54 @@ impl EventStream {
         }
     }
 
-    /// SSE framing: `data:` lines accumulate until a blank line dispatches the event.
+    /// SSE framing: `data:` lines accumulate until a blank line dispatches the event. Whole
+    /// lines are read in place; only a line split across reads is kept for the next one.
     fn feed(&mut self, bytes: &[u8], now: Instant) {
-        self.pending.extend_from_slice(bytes);
-        let mut consumed = 0;
-        while let Some(nl) = self.pending[consumed..].iter().position(|&b| b == b'\n') {
-            let mut line = &self.pending[consumed..consumed + nl];
-            consumed += nl + 1;
-            if let Some(stripped) = line.strip_suffix(b"\r") {
-                line = stripped;
-            }
-            if line.is_empty() {
-                let framing = FRAMING_EVENTS.contains(&&self.name[..]);
-                self.name.clear();
-                if !self.data.is_empty() {
-                    let event = std::mem::take(&mut self.data);
-                    if !framing {
-                        self.dispatch(&event, now);
-                    }
-                }
-            } else if let Some(value) = line.strip_prefix(b"event:") {
-                self.name.clear();
-                self.name
-                    .extend_from_slice(value.strip_prefix(b" ").unwrap_or(value));
-            } else if let Some(value) = line.strip_prefix(b"data:") {
-                if !self.data.is_empty() {
-                    self.data.push(b'\n');
-                }
-                self.data
-                    .extend_from_slice(value.strip_prefix(b" ").unwrap_or(value));
-            }
+        let mut rest = bytes;
+        if !self.pending.is_empty() {
+            let Some(nl) = rest.iter().position(|&b| b == b'\n') else {
+                self.pending.extend_from_slice(rest);
+                return;
+            };
+            let mut line = std::mem::take(&mut self.pending);
+            line.extend_from_slice(&rest[..nl]);
+            rest = &rest[nl + 1..];
+            self.line(&line, now);
+            line.clear();
+            self.pending = line;
         }
-        self.pending.drain(..consumed);
+        while let Some(nl) = rest.iter().position(|&b| b == b'\n') {
+            self.line(&rest[..nl], now);
+            rest = &rest[nl + 1..];
+        }
+        self.pending.extend_from_slice(rest);
+    }
+
+    fn line(&mut self, line: &[u8], now: Instant) {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            self.name.clear();
+            if !self.data.is_empty() {
+                let event = std::mem::take(&mut self.data);
+                self.dispatch(&event, now);
+                self.data = event;
+                self.data.clear();
+            }
+        } else if let Some(value) = line.strip_prefix(b"event:") {
+            self.name.clear();
+            self.name
+                .extend_from_slice(value.strip_prefix(b" ").unwrap_or(value));
+        } else if let Some(value) = line.strip_prefix(b"data:") {
+            // A framing event's data is not even kept (see FRAMING_EVENTS).
+            if FRAMING_EVENTS.contains(&&self.name[..]) {
+                return;
+            }
+            if !self.data.is_empty() {
+                self.data.push(b'\n');
+            }
+            self.data
+                .extend_from_slice(value.strip_prefix(b" ").unwrap_or(value));
+        }
     }
 
     fn dispatch(&mut self, event: &[u8], now: Instant) {

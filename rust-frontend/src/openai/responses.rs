@@ -9,7 +9,7 @@ use super::generate::{generate_many, GenRequest};
 use super::prompt::{render_prompt, tokenize, TemplateArgs};
 use super::request::{check_model, check_task, JsonBody};
 use super::response::Usage;
-use super::sse::{named_frame, sse_events_response};
+use super::sse::{sse_events_response, write_named_frame};
 use super::text_deltas::GenEvent;
 use crate::errors::ApiError;
 use crate::response_store::StoredResponse;
@@ -18,9 +18,10 @@ use crate::validation::fit_max_tokens;
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use futures_util::StreamExt;
+use bytes::Bytes;
+use futures_util::{FutureExt, StreamExt};
 use input::{read_input, ResponsesRequest};
-use object::{output_text, status, ResponseHead, TextDelta};
+use object::{output_text, status, ItemEvent, PartEvent, ResponseHead, TextDelta, TextDone};
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -151,22 +152,37 @@ pub async fn create(
     Ok(body)
 }
 
-/// Numbers the events of one stream.
-struct Sequence(u64);
+/// The events of one stream, numbered in order and written into one buffer until `take`:
+/// the events produced together (the four that open the stream, the four that close it, and
+/// whatever deltas are ready at once) leave as one body chunk. The same bytes, fewer chunks
+/// for the server to write and the client to read.
+struct Events {
+    next: u64,
+    buf: Vec<u8>,
+}
 
-impl Sequence {
-    fn next(&mut self) -> u64 {
-        self.0 += 1;
-        self.0 - 1
+impl Events {
+    fn new() -> Self {
+        Events {
+            next: 0,
+            buf: Vec::with_capacity(4096),
+        }
     }
 
-    /// An event carrying the whole response object, serialized from a borrow (no copy of
-    /// the object's tree per event); `R` is a `Value` or the object already serialized.
-    fn with_response<R: serde::Serialize + ?Sized>(
-        &mut self,
-        kind: &'static str,
-        response: &R,
-    ) -> bytes::Bytes {
+    fn seq(&mut self) -> u64 {
+        self.next += 1;
+        self.next - 1
+    }
+
+    /// The event `kind`, built by `event` from its sequence number.
+    fn push<T: serde::Serialize>(&mut self, kind: &str, event: impl FnOnce(u64) -> T) {
+        let n = self.seq();
+        write_named_frame(&mut self.buf, kind, &event(n));
+    }
+
+    /// An event carrying the whole response object (a `Value` or the object already
+    /// serialized), from a borrow.
+    fn with_response<R: serde::Serialize + ?Sized>(&mut self, kind: &'static str, response: &R) {
         #[derive(serde::Serialize)]
         struct Event<'a, R: ?Sized> {
             #[serde(rename = "type")]
@@ -174,19 +190,27 @@ impl Sequence {
             sequence_number: u64,
             response: &'a R,
         }
-        let event = Event {
+        self.push(kind, |sequence_number| Event {
             kind,
-            sequence_number: self.next(),
+            sequence_number,
             response,
-        };
-        named_frame(kind, &event)
+        });
     }
 
     /// The event `kind` with `body`'s fields, its type and its number.
-    fn event(&mut self, kind: &str, mut body: Value) -> bytes::Bytes {
+    fn event(&mut self, kind: &str, mut body: Value) {
         body["type"] = json!(kind);
-        body["sequence_number"] = json!(self.next());
-        named_frame(kind, &body)
+        body["sequence_number"] = json!(self.seq());
+        write_named_frame(&mut self.buf, kind, &body);
+    }
+
+    fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
+    /// What was written since the last `take`, as one chunk.
+    fn take(&mut self) -> Bytes {
+        Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(512)))
     }
 }
 
@@ -199,53 +223,76 @@ fn stream_response(
     to_store: ToStore,
 ) -> Response {
     let s = async_stream::stream! {
-        let mut seq = Sequence(0);
+        let mut out = Events::new();
         let pending = head.object("in_progress", &[], &Value::Null);
-        yield seq.with_response("response.created", &*pending);
-        yield seq.with_response("response.in_progress", &*pending);
-        yield seq.event("response.output_item.added", json!({"output_index": 0, "item": head.item("in_progress", None)}));
-        let part = |text: &str| json!({"item_id": head.item_id, "output_index": 0, "content_index": 0, "part": output_text(text)});
-        yield seq.event("response.content_part.added", part(""));
+        out.with_response("response.created", &*pending);
+        out.with_response("response.in_progress", &*pending);
+        drop(pending);
+        let (item_id, item) = (head.item_id.as_str(), |st, text| head.item(st, text));
+        out.push("response.output_item.added", |sequence_number| ItemEvent {
+            output_index: 0, item: item("in_progress", None), kind: "response.output_item.added", sequence_number,
+        });
+        let part = |kind, text, sequence_number| PartEvent {
+            item_id, output_index: 0, content_index: 0, part: output_text(text), kind, sequence_number,
+        };
+        out.push("response.content_part.added", |n| part("response.content_part.added", "", n));
         let mut usage = Usage::new(vec![prompt_len]);
         let (mut text, mut finish) = (String::new(), "abort");
         let mut events = std::pin::pin!(events);
-        while let Some(ev) = events.next().await {
+        loop {
+            // What is ready now joins the events not yet sent; before waiting, they go out.
+            let next = match events.next().now_or_never() {
+                Some(next) => next,
+                None => {
+                    if !out.is_empty() {
+                        yield out.take();
+                    }
+                    events.next().await
+                }
+            };
+            let Some(ev) = next else { break };
             match ev {
                 Err(e) => {
                     tracing::warn!("stream failed: {e}");
                     let param = e.body()["error"]["param"].clone();
-                    yield seq.event("error", json!({"code": e.error_type(), "message": e.to_string(), "param": param}));
+                    out.event("error", json!({"code": e.error_type(), "message": e.to_string(), "param": param}));
+                    yield out.take();
                     return;
                 }
                 Ok((p, GenEvent::Prompt(info))) => usage.on_prompt(p, &info),
-                Ok((_, GenEvent::Output(out))) => {
-                    usage.on_output(out.num_tokens);
-                    if let Some(f) = &out.finish {
+                Ok((_, GenEvent::Output(o))) => {
+                    usage.on_output(o.num_tokens);
+                    if let Some(f) = &o.finish {
                         finish = f.reason;
                     }
-                    if out.text.is_empty() {
+                    if o.text.is_empty() {
                         continue;
                     }
-                    text.push_str(&out.text);
-                    yield named_frame("response.output_text.delta", &TextDelta {
+                    text.push_str(&o.text);
+                    out.push("response.output_text.delta", |sequence_number| TextDelta {
                         kind: "response.output_text.delta",
-                        sequence_number: seq.next(),
-                        item_id: &head.item_id,
+                        sequence_number,
+                        item_id,
                         output_index: 0,
                         content_index: 0,
-                        delta: &out.text,
+                        delta: &o.text,
                         logprobs: [],
                     });
                 }
             }
         }
-        yield seq.event("response.output_text.done", json!({"item_id": head.item_id, "output_index": 0, "content_index": 0, "text": text, "logprobs": []}));
-        yield seq.event("response.content_part.done", part(&text));
+        out.push("response.output_text.done", |sequence_number| TextDone {
+            item_id, output_index: 0, content_index: 0, text: &text, logprobs: [], kind: "response.output_text.done", sequence_number,
+        });
+        out.push("response.content_part.done", |n| part("response.content_part.done", &text, n));
         let st = status(finish);
-        yield seq.event("response.output_item.done", json!({"output_index": 0, "item": head.item(st, Some(&text))}));
+        out.push("response.output_item.done", |sequence_number| ItemEvent {
+            output_index: 0, item: item(st, Some(&text)), kind: "response.output_item.done", sequence_number,
+        });
         let done = head.finished(&text, finish, &usage.to_responses_json());
         let last = if st == "incomplete" { "response.incomplete" } else { "response.completed" };
-        yield seq.with_response(last, &*done);
+        out.with_response(last, &*done);
+        yield out.take();
         store(&state, &head, to_store, done, &text);
     };
     sse_events_response(s)

@@ -20,15 +20,14 @@ pub fn frame<T: Serialize + ?Sized>(v: &T) -> Bytes {
     Bytes::from(buf)
 }
 
-/// A named event (the Responses API's): `event: <name>\ndata: <json>\n\n`.
-pub fn named_frame<T: Serialize + ?Sized>(event: &str, v: &T) -> Bytes {
-    let mut buf = Vec::with_capacity(256);
+/// A named event (the Responses API's), `event: <name>\ndata: <json>\n\n`, appended to `buf`
+/// so that events produced together can leave as one chunk.
+pub fn write_named_frame<T: Serialize + ?Sized>(buf: &mut Vec<u8>, event: &str, v: &T) {
     buf.extend_from_slice(b"event: ");
     buf.extend_from_slice(event.as_bytes());
     buf.extend_from_slice(b"\ndata: ");
-    let _ = serde_json::to_writer(&mut buf, v);
+    let _ = serde_json::to_writer(&mut *buf, v);
     buf.extend_from_slice(b"\n\n");
-    Bytes::from(buf)
 }
 
 pub const DONE: &[u8] = b"data: [DONE]\n\n";

@@ -16,8 +16,17 @@ pub struct ResponseHead {
     pub id: String,
     pub item_id: String,
     pub store: bool,
-    /// `id`, `object`, `created_at`, `model` and the echoed request fields, in wire order.
-    fields: Map<String, Value>,
+    created_at: i64,
+    model: String,
+    instructions: Option<String>,
+    max_output_tokens: Option<i64>,
+    previous_response_id: Option<String>,
+    temperature: Option<f64>,
+    top_p: Option<f64>,
+    truncation: String,
+    metadata: Map<String, Value>,
+    user: Option<String>,
+    tool_choice: Value,
 }
 
 /// How a response ended: `length` is OpenAI's `incomplete` (max_output_tokens).
@@ -29,60 +38,142 @@ pub fn status(finish_reason: &str) -> &'static str {
     }
 }
 
+/// The response object's wire form, borrowed from the head: no JSON tree per response.
+/// Field order is the wire order.
+#[derive(Serialize)]
+struct Object<'a> {
+    id: &'a str,
+    object: &'static str,
+    created_at: i64,
+    model: &'a str,
+    instructions: Option<&'a str>,
+    max_output_tokens: Option<i64>,
+    previous_response_id: Option<&'a str>,
+    store: bool,
+    temperature: Option<f64>,
+    top_p: Option<f64>,
+    truncation: &'a str,
+    metadata: &'a Map<String, Value>,
+    user: Option<&'a str>,
+    background: bool,
+    parallel_tool_calls: bool,
+    tool_choice: &'a Value,
+    tools: [u8; 0],
+    reasoning: Reasoning,
+    text: TextConfig,
+    error: Option<()>,
+    status: &'a str,
+    incomplete_details: Option<Incomplete>,
+    output: &'a [Item<'a>],
+    usage: &'a Value,
+}
+
+/// `{"effort": null, "summary": null}`.
+#[derive(Serialize)]
+struct Reasoning {
+    effort: Option<()>,
+    summary: Option<()>,
+}
+
+/// `{"format": {"type": "text"}}`.
+#[derive(Serialize)]
+struct TextConfig {
+    format: TextFormat,
+}
+
+#[derive(Serialize)]
+struct TextFormat {
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+#[derive(Serialize)]
+struct Incomplete {
+    reason: &'static str,
+}
+
+/// The assistant `message` item: no content while in progress, else its one text part.
+#[derive(Serialize)]
+pub struct Item<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    status: &'a str,
+    role: &'static str,
+    #[serde(serialize_with = "as_list")]
+    content: Option<Part<'a>>,
+}
+
+fn as_list<S: serde::Serializer>(part: &Option<Part<'_>>, s: S) -> Result<S::Ok, S::Error> {
+    part.as_slice().serialize(s)
+}
+
+/// An `output_text` content part.
+#[derive(Serialize)]
+pub struct Part<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    text: &'a str,
+    annotations: [u8; 0],
+}
+
+pub fn output_text(text: &str) -> Part<'_> {
+    Part {
+        kind: "output_text",
+        text,
+        annotations: [],
+    }
+}
+
 impl ResponseHead {
     pub fn new(req: &ResponsesRequest, model: &str) -> Self {
-        let id = new_response_id();
-        let store = req.store.unwrap_or(true);
-        let Value::Object(fields) = json!({
-            "id": id,
-            "object": "response",
-            "created_at": now(),
-            "model": model,
-            "instructions": req.instructions,
-            "max_output_tokens": req.max_output_tokens,
-            "previous_response_id": req.previous_response_id,
-            "store": store,
-            "temperature": req.temperature,
-            "top_p": req.top_p,
-            "truncation": req.truncation.as_deref().unwrap_or("disabled"),
-            "metadata": req.metadata.clone().unwrap_or_default(),
-            "user": req.user,
-            "background": false,
-            "parallel_tool_calls": true,
-            "tool_choice": req.tool_choice.clone().unwrap_or(json!("auto")),
-            "tools": [],
-            "reasoning": {"effort": null, "summary": null},
-            "text": {"format": {"type": "text"}},
-            "error": null,
-        }) else {
-            unreachable!("json! of an object literal is an object")
-        };
         ResponseHead {
-            id,
+            id: new_response_id(),
             item_id: new_item_id(),
-            store,
-            fields,
+            store: req.store.unwrap_or(true),
+            created_at: now(),
+            model: model.to_string(),
+            instructions: req.instructions.clone(),
+            max_output_tokens: req.max_output_tokens,
+            previous_response_id: req.previous_response_id.clone(),
+            temperature: req.temperature,
+            top_p: req.top_p,
+            truncation: req.truncation.as_deref().unwrap_or("disabled").to_string(),
+            metadata: req.metadata.clone().unwrap_or_default(),
+            user: req.user.clone(),
+            tool_choice: req.tool_choice.clone().unwrap_or_else(|| json!("auto")),
         }
     }
 
-    /// The response object, serialized once (events, body and store share it) from borrows:
-    /// the head's fields are not copied. `output` empty and `usage` null while in progress.
-    pub fn object(&self, status: &str, output: &[Value], usage: &Value) -> Box<RawValue> {
-        #[derive(Serialize)]
-        struct Object<'a> {
-            #[serde(flatten)]
-            fields: &'a Map<String, Value>,
-            status: &'a str,
-            incomplete_details: Option<Incomplete>,
-            output: &'a [Value],
-            usage: &'a Value,
-        }
-        #[derive(Serialize)]
-        struct Incomplete {
-            reason: &'static str,
-        }
+    /// The response object, serialized once (events, body and store share it) from borrows.
+    /// `output` empty and `usage` null while in progress.
+    pub fn object(&self, status: &str, output: &[Item<'_>], usage: &Value) -> Box<RawValue> {
         let object = Object {
-            fields: &self.fields,
+            id: &self.id,
+            object: "response",
+            created_at: self.created_at,
+            model: &self.model,
+            instructions: self.instructions.as_deref(),
+            max_output_tokens: self.max_output_tokens,
+            previous_response_id: self.previous_response_id.as_deref(),
+            store: self.store,
+            temperature: self.temperature,
+            top_p: self.top_p,
+            truncation: &self.truncation,
+            metadata: &self.metadata,
+            user: self.user.as_deref(),
+            background: false,
+            parallel_tool_calls: true,
+            tool_choice: &self.tool_choice,
+            tools: [],
+            reasoning: Reasoning {
+                effort: None,
+                summary: None,
+            },
+            text: TextConfig {
+                format: TextFormat { kind: "text" },
+            },
+            error: None,
             status,
             incomplete_details: (status == "incomplete").then_some(Incomplete {
                 reason: "max_output_tokens",
@@ -94,18 +185,14 @@ impl ResponseHead {
     }
 
     /// The assistant message item: `content` empty while in progress.
-    pub fn item(&self, status: &str, text: Option<&str>) -> Value {
-        let content = match text {
-            Some(t) => vec![output_text(t)],
-            None => vec![],
-        };
-        json!({
-            "id": self.item_id,
-            "type": "message",
-            "status": status,
-            "role": "assistant",
-            "content": content,
-        })
+    pub fn item<'a>(&'a self, status: &'a str, text: Option<&'a str>) -> Item<'a> {
+        Item {
+            id: &self.item_id,
+            kind: "message",
+            status,
+            role: "assistant",
+            content: text.map(output_text),
+        }
     }
 
     /// The finished response with its one message.
@@ -113,10 +200,6 @@ impl ResponseHead {
         let st = status(finish_reason);
         self.object(st, &[self.item(st, Some(text))], usage)
     }
-}
-
-pub fn output_text(text: &str) -> Value {
-    json!({"type": "output_text", "text": text, "annotations": []})
 }
 
 /// `response.output_text.delta`, serialized without a JSON tree per token.
@@ -130,4 +213,39 @@ pub struct TextDelta<'a> {
     pub content_index: u32,
     pub delta: &'a str,
     pub logprobs: [u8; 0],
+}
+
+/// `response.output_item.added` / `.done`.
+#[derive(Serialize)]
+pub struct ItemEvent<'a> {
+    pub output_index: u32,
+    pub item: Item<'a>,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub sequence_number: u64,
+}
+
+/// `response.content_part.added` / `.done`.
+#[derive(Serialize)]
+pub struct PartEvent<'a> {
+    pub item_id: &'a str,
+    pub output_index: u32,
+    pub content_index: u32,
+    pub part: Part<'a>,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub sequence_number: u64,
+}
+
+/// `response.output_text.done`.
+#[derive(Serialize)]
+pub struct TextDone<'a> {
+    pub item_id: &'a str,
+    pub output_index: u32,
+    pub content_index: u32,
+    pub text: &'a str,
+    pub logprobs: [u8; 0],
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub sequence_number: u64,
 }
