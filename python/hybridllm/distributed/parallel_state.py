@@ -77,6 +77,13 @@ class TensorParallelGroup:
         dist.all_gather(parts, x)
         return torch.cat(parts, dim=-1)
 
+    def min_over_ranks(self, n: int) -> int:
+        if self.world_size == 1:
+            return n
+        t = torch.tensor([n])
+        dist.all_reduce(t, op=dist.ReduceOp.MIN)
+        return int(t.item())
+
     def broadcast(self, obj: object) -> object:
         """Rank 0's obj on every rank (the step's host inputs)."""
         box = [obj]

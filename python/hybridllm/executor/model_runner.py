@@ -101,11 +101,8 @@ class ModelRunner:
         peak = None
         if needs_profile(config):
             peak = profile_peak_bytes(config, self.model, self.backend)
-        self.num_blocks = num_kv_blocks(config, peak)
-        if self.tp.world_size > 1:  # the ranks' caches must hold the same blocks
-            blocks = torch.tensor([self.num_blocks])
-            torch.distributed.all_reduce(blocks, op=torch.distributed.ReduceOp.MIN)
-            self.num_blocks = int(blocks.item())
+        # Every rank's cache must hold the same blocks (CUDA profiling may differ by rank).
+        self.num_blocks = self.tp.min_over_ranks(num_kv_blocks(config, peak))
         self.kv_caches = allocate_kv_caches(config, self.num_blocks)
         self.graphs = self._capture_graphs()
 
