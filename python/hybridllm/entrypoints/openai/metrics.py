@@ -58,6 +58,11 @@ class Metrics:
             "hybridllm:worker_outstanding_tokens",
             "Prompt and maximum output tokens of the requests each engine worker runs.",
             ["worker"], registry=r).labels("0")
+        self.worker_up = Gauge(
+            "hybridllm:worker_up",
+            "1 while an engine worker is in the rotation, 0 once it stopped answering.",
+            ["worker"], registry=r).labels("0")
+        self.worker_up.set(1)  # one worker, never taken out of a rotation of one
         self.queue_time = Histogram("hybridllm:request_queue_time_seconds",
                                     "Histogram of time spent in WAITING phase for request.",
                                     buckets=[*_LAT, 120.0, 240.0, 480.0, 960.0], registry=r)
