@@ -51,7 +51,7 @@ def test_dashboard_is_importable_json() -> None:
     names = {v["name"] for v in dash["templating"]["list"]}
     assert names == {"datasource", "instance"}
     ids = [p["id"] for p in dash["panels"]]
-    assert len(ids) == len(set(ids)) == 12
+    assert len(ids) == len(set(ids)) == 13
     for p in dash["panels"]:
         assert p["type"] == "timeseries" and p["targets"], p["title"]
         assert p["datasource"]["uid"] == "${datasource}", p["title"]
