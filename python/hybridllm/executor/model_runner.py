@@ -62,6 +62,7 @@ class ModelInputs:
     sample_seqs: list[Sequence]
     # Prompt-logprob work: (sequence, first prompt position, flat rows) per chunk.
     prompt_lp: list[tuple[Sequence, int, list[int]]]
+    host: PreparedBatch  # the host arrays these came from (what other TP ranks are sent)
 
 
 @dataclass
@@ -167,6 +168,7 @@ class ModelRunner:
             sample_rows=host.sample_rows,
             sample_seqs=host.sample_seqs,
             prompt_lp=host.prompt_lp,
+            host=host,
         )
 
     @torch.inference_mode()
@@ -175,8 +177,8 @@ class ModelRunner:
     ) -> StepResult:
         """The forward pass and sampling. `while_running` is called once: on CUDA after the
         forward pass is queued (it runs while the GPU computes), on CPU before it."""
-        host = self.input_batch.prepare(sched)
-        inputs = self._device_inputs(host)
+        inputs = self.prepare(sched)
+        host = inputs.host
         # The LM-head calls of this step: the sampling rows first, then each prompt-logprob
         # chunk's rows.
         num_rows = len(host.input_ids)
