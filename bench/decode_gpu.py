@@ -114,7 +114,7 @@ def bench_runner(folder: Path, batches: list[int], context: int, block_size: int
     from hybridllm.sampling import build_sampler
     from hybridllm.sampling_params import SamplingParams
     from hybridllm.sequence import Request, Sequence
-    from hybridllm.step_types import ScheduledSeq, SchedulerOutput
+    from hybridllm.step_types import SchedulerOutput
 
     blocks_per_seq = -(-(context + 1) // block_size)
     args = EngineArgs(
@@ -136,7 +136,7 @@ def bench_runner(folder: Path, batches: list[int], context: int, block_size: int
             seq.num_computed_tokens = context
             seq.block_table = list(range(i * blocks_per_seq, (i + 1) * blocks_per_seq))
             seqs.append(seq)
-        sched = SchedulerOutput([ScheduledSeq(s, 1) for s in seqs])
+        sched = SchedulerOutput(seqs, [1] * len(seqs))
         # execute() ends with the sampled tokens on the host: each step is synchronous.
         step = functools.partial(runner.execute, sched)
         times.append(time_steps(step, iters, torch.device("cpu")))

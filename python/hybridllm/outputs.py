@@ -66,7 +66,7 @@ class TokenIdsView(Sequence):
         return repr(list(self))
 
 
-@dataclass
+@dataclass(slots=True)  # made for every running sequence every step
 class CompletionOutput:
     index: int
     text: str
@@ -80,7 +80,7 @@ class CompletionOutput:
         return self.finish_reason is not None
 
 
-@dataclass
+@dataclass(slots=True)
 class RequestOutput:
     request_id: str
     prompt: str | None

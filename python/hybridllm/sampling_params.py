@@ -106,6 +106,18 @@ class SamplingParams:
     def greedy(self) -> bool:
         return self.temperature < 1e-5
 
+    def plain_greedy_except_min_tokens(self) -> bool:
+        """Greedy with no logprobs, logit bias or penalties: the sampler's argmax-only path
+        takes the row (once min_tokens no longer bans the stop tokens)."""
+        return (
+            self.greedy
+            and self.logprobs is None
+            and not self.logit_bias
+            and self.repetition_penalty == 1.0
+            and self.frequency_penalty == 0.0
+            and self.presence_penalty == 0.0
+        )
+
 
 @dataclass
 class BeamSearchParams:

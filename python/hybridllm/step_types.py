@@ -17,20 +17,23 @@ from hybridllm.outputs import Logprob, LogprobsDict
 from hybridllm.sequence import PoolingRequest, Sequence
 
 
-@dataclass
-class ScheduledSeq:
-    seq: Sequence
-    num_new_tokens: int  # tokens computed for seq in this step, from seq.num_computed_tokens
-
-    @property
-    def samples(self) -> bool:
-        """This chunk reaches the sequence's end, so its last row yields a new token."""
-        return self.seq.num_computed_tokens + self.num_new_tokens == self.seq.num_tokens
+def reaches_end(seq: Sequence, num_new_tokens: int) -> bool:
+    """A chunk of num_new_tokens from seq.num_computed_tokens reaches the sequence's end, so
+    its last row yields a new token."""
+    return seq.num_computed_tokens + num_new_tokens == len(seq.token_ids)
 
 
 @dataclass
 class SchedulerOutput:
-    scheduled: list[ScheduledSeq] = field(default_factory=list)
+    """The step's batch: seqs[i] computes num_new_tokens[i] tokens from its
+    num_computed_tokens, in this order. Two parallel lists rather than an object per
+    sequence: the schedule is made for every running sequence every step."""
+
+    seqs: list[Sequence] = field(default_factory=list)
+    num_new_tokens: list[int] = field(default_factory=list)
+    # Set by the scheduler when no chunk was cut short by the token budget: every sequence's
+    # chunk reaches its end and samples (False: the runner checks each one).
+    every_chunk_ends: bool = False
     num_preempted: int = 0
     # KV blocks to copy (src, dst) before the forward pass: forked beams' last partial blocks.
     blocks_to_copy: list[tuple[int, int]] = field(default_factory=list)
@@ -38,7 +41,7 @@ class SchedulerOutput:
 
     @property
     def num_tokens(self) -> int:
-        return sum(s.num_new_tokens for s in self.scheduled)
+        return sum(self.num_new_tokens)
 
 
 @dataclass

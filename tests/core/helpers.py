@@ -14,6 +14,7 @@ from hybridllm.core.kv_cache_manager import KVCacheManager
 from hybridllm.core.scheduler import Scheduler
 from hybridllm.sampling_params import SamplingParams
 from hybridllm.sequence import Request, Sequence
+from hybridllm.step_types import reaches_end
 
 BLOCK = 4  # block size of every test
 
@@ -62,15 +63,15 @@ def run_step(sched: Scheduler) -> Step:
     """schedule → (forward) → the engine's bookkeeping; returns what was scheduled."""
     out = sched.schedule()
     assert out.num_tokens <= sched.config.max_num_batched_tokens
-    starts = [item.seq.num_computed_tokens for item in out.scheduled]
-    sampling = [item.seq for item in out.scheduled if item.samples]
-    for item in out.scheduled:
-        item.seq.num_computed_tokens += item.num_new_tokens
-        sched.kv.cache_computed_blocks(item.seq)
+    starts = [seq.num_computed_tokens for seq in out.seqs]
+    sampling = [s for s, n in zip(out.seqs, out.num_new_tokens) if reaches_end(s, n)]
+    for seq, n in zip(out.seqs, out.num_new_tokens):
+        seq.num_computed_tokens += n
+        sched.kv.cache_computed_blocks(seq)
     for seq in sampling:
         seq.token_ids.append(1000 + seq.num_tokens)  # a distinct token per position
     return Step(
-        plan=[(s.seq.request.request_id, s.num_new_tokens) for s in out.scheduled],
+        plan=[(s.request.request_id, n) for s, n in zip(out.seqs, out.num_new_tokens)],
         starts=starts,
         sampled=[s.request.request_id for s in sampling],
         num_preempted=out.num_preempted,

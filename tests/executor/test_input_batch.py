@@ -12,7 +12,7 @@ import pytest
 
 from hybridllm.core.scheduler import Scheduler
 from hybridllm.executor.input_batch import InputBatch, PreparedBatch
-from hybridllm.step_types import ScheduledSeq, SchedulerOutput
+from hybridllm.step_types import SchedulerOutput, reaches_end
 from tests.core.helpers import BLOCK, add, make_scheduler, make_seq
 
 
@@ -20,8 +20,7 @@ def from_scratch(sched: SchedulerOutput, bs: int) -> dict:
     """Every input rebuilt from Python lists, one token at a time."""
     ids, positions, slots, cu, seq_lens, q_lens = [], [], [], [0], [], []
     sample_rows, sample_seqs, prompt_lp = [], [], []
-    for item in sched.scheduled:
-        seq, n = item.seq, item.num_new_tokens
+    for seq, n in zip(sched.seqs, sched.num_new_tokens):
         start = seq.num_computed_tokens
         row0 = len(ids)
         ids.extend(seq.token_ids[start : start + n])
@@ -30,16 +29,16 @@ def from_scratch(sched: SchedulerOutput, bs: int) -> dict:
         cu.append(len(ids))
         seq_lens.append(start + n)
         q_lens.append(n)
-        if item.samples:
+        if reaches_end(seq, n):
             sample_rows.append(len(ids) - 1)
             sample_seqs.append(seq)
         if seq.wants_prompt_logprobs and start < seq.num_prompt_tokens - 1:
             end = min(start + n, seq.num_prompt_tokens - 1)
             prompt_lp.append((seq, start, list(range(row0, row0 + end - start))))
-    width = max(len(i.seq.block_table) for i in sched.scheduled)
-    tables = np.zeros((len(sched.scheduled), width), dtype=np.int32)
-    for r, item in enumerate(sched.scheduled):
-        tables[r, : len(item.seq.block_table)] = item.seq.block_table
+    width = max(len(s.block_table) for s in sched.seqs)
+    tables = np.zeros((len(sched.seqs), width), dtype=np.int32)
+    for r, seq in enumerate(sched.seqs):
+        tables[r, : len(seq.block_table)] = seq.block_table
     return dict(input_ids=ids, positions=positions, slot_mapping=slots, cu_seqlens_q=cu,
                 seq_lens=seq_lens, block_tables=tables, query_lens=q_lens,
                 seq_lens_host=seq_lens, sample_rows=sample_rows,
@@ -102,10 +101,13 @@ def test_random_schedules_match_a_from_scratch_build(seed):
             sched.finish(live.pop(rng.randrange(len(live))), "abort")
         out = sched.schedule()
         preempted += out.num_preempted
-        if out.scheduled:
+        if out.seqs:
             if rng.random() < 0.2:  # the batch does not rely on the scheduler's order
-                rng.shuffle(out.scheduled)
-            rejoined += sum(s.seq.num_preemptions > 0 for s in out.scheduled)
+                pairs = list(zip(out.seqs, out.num_new_tokens))
+                rng.shuffle(pairs)
+                out.seqs = [s for s, _ in pairs]
+                out.num_new_tokens = [n for _, n in pairs]
+            rejoined += sum(s.num_preemptions > 0 for s in out.seqs)
             assert_same(batch.prepare(out), from_scratch(out, BLOCK))
             _advance(sched, out)
         for seq in [s for s in live if s.num_tokens >= 40]:
@@ -144,17 +146,16 @@ def test_a_recomputed_sequence_gets_its_new_blocks_not_its_old_row():
     a.num_computed_tokens = 0
     assert sched.kv.allocate(a, a.num_tokens)
     assert len(a.block_table) == len(old) and a.block_table != old
-    out = SchedulerOutput([ScheduledSeq(b, 1), ScheduledSeq(a, a.num_tokens)])
+    out = SchedulerOutput([b, a], [1, a.num_tokens])
     assert_same(batch.prepare(out), from_scratch(out, BLOCK))
 
 
 def _advance(sched: Scheduler, out: SchedulerOutput) -> None:
     """The engine's bookkeeping after the forward pass (as tests/core's run_step)."""
-    for item in out.scheduled:
-        item.seq.num_computed_tokens += item.num_new_tokens
-        sched.kv.cache_computed_blocks(item.seq)
-    for item in out.scheduled:
-        seq = item.seq
+    for seq, n in zip(out.seqs, out.num_new_tokens):
+        seq.num_computed_tokens += n
+        sched.kv.cache_computed_blocks(seq)
+    for seq in out.seqs:
         if seq.num_computed_tokens == seq.num_tokens:
             seq.token_ids.append(1000 + seq.num_tokens)
 

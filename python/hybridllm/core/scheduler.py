@@ -16,7 +16,7 @@ from collections import deque
 from hybridllm.config import SchedulerConfig
 from hybridllm.core.kv_cache_manager import KVCacheManager
 from hybridllm.sequence import Sequence, SequenceStatus
-from hybridllm.step_types import ScheduledSeq, SchedulerOutput
+from hybridllm.step_types import SchedulerOutput
 
 
 class Scheduler:
@@ -65,36 +65,48 @@ class Scheduler:
         self._enter(child)  # no new seat: the group holds its width already
 
     def schedule(self) -> SchedulerOutput:
-        out = SchedulerOutput()
+        out = SchedulerOutput(every_chunk_ends=True)
         budget = self.config.max_num_batched_tokens
-        # Runs for every running sequence every step: names bound once, no property calls.
-        running, allocate, scheduled = self.running, self.kv.allocate, out.scheduled
-        i = 0
-        while i < len(running) and budget > 0:
-            seq = running[i]
-            num_new = min(len(seq.token_ids) - seq.num_computed_tokens, budget)
+        # Runs for every running sequence every step: names bound once, no property calls,
+        # and allocate() only where the last block is full.
+        running, bs = self.running, self.kv.block_size
+        seqs, news = out.seqs, out.num_new_tokens
+        # A preemption pops from the end of `running`; the iterator never reaches what left.
+        for seq in running:
+            if budget <= 0:
+                break
+            computed = seq.num_computed_tokens
+            num_new = len(seq.token_ids) - computed
+            if num_new > budget:
+                num_new = budget
+                out.every_chunk_ends = False
             if not num_new:  # a beam waiting for its group's candidates
-                i += 1
                 continue
-            while not allocate(seq, num_new):
-                victim = running.pop()
-                self._preempt(victim)
-                out.num_preempted += 1
-                if victim is seq:
-                    break
-            else:
-                scheduled.append(ScheduledSeq(seq, num_new))
-                budget -= num_new
-                i += 1
-                continue
-            break  # seq itself was preempted; nothing after it is running any more
+            if computed + num_new > len(seq.block_table) * bs and not self._make_room(
+                seq, num_new, out
+            ):
+                break  # seq itself was preempted; nothing after it is running any more
+            seqs.append(seq)
+            news.append(num_new)
+            budget -= num_new
         if out.num_preempted == 0:
             budget = self._admit_waiting(out, budget)
         elif any(seq.beam_topk for seq in self.waiting):
             self._preempt_beam_groups(out)
-        if self.blocks_to_copy and out.scheduled:
+        if self.blocks_to_copy and out.seqs:
             out.blocks_to_copy, self.blocks_to_copy = self.blocks_to_copy, []
         return out
+
+    def _make_room(self, seq: Sequence, num_new: int, out: SchedulerOutput) -> bool:
+        """Blocks for seq's num_new tokens, preempting from the back of `running` until
+        they fit; False if seq itself had to go."""
+        while not self.kv.allocate(seq, num_new):
+            victim = self.running.pop()
+            self._preempt(victim)
+            out.num_preempted += 1
+            if victim is seq:
+                return False
+        return True
 
     def _preempt_beam_groups(self, out: SchedulerOutput) -> None:
         """A preempted beam takes its whole group with it (recomputed together)."""
@@ -104,8 +116,10 @@ class Scheduler:
                     self.running.remove(seq)
                     self._preempt(seq)
                     out.num_preempted += 1
-        out.scheduled = [item for item in out.scheduled
-                         if item.seq.status is SequenceStatus.RUNNING]
+        kept = [(seq, n) for seq, n in zip(out.seqs, out.num_new_tokens)
+                if seq.status is SequenceStatus.RUNNING]
+        out.seqs = [seq for seq, _ in kept]
+        out.num_new_tokens = [n for _, n in kept]
 
     def _admit_waiting(self, out: SchedulerOutput, budget: int) -> int:
         max_seats = self.config.max_num_seqs
@@ -118,7 +132,9 @@ class Scheduler:
             num_new = seq.num_tokens - num_cached
             if num_new > budget and not self.config.enable_chunked_prefill:
                 break
-            num_new = min(num_new, budget)
+            if num_new > budget:
+                num_new = budget
+                out.every_chunk_ends = False
             if not self.kv.allocate(seq, num_new, cached):
                 break
             self.waiting.popleft()
@@ -129,7 +145,8 @@ class Scheduler:
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
             self._enter(seq)
-            out.scheduled.append(ScheduledSeq(seq, num_new))
+            out.seqs.append(seq)
+            out.num_new_tokens.append(num_new)
             budget -= num_new
         return budget
 

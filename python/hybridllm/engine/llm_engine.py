@@ -21,8 +21,8 @@ from hybridllm.executor.tp_worker import start_ranks, threads_per_rank, with_ren
 from hybridllm.outputs import RequestOutput
 from hybridllm.sampling import build_sampler
 from hybridllm.sampling_params import BeamSearchParams, SamplingParams
-from hybridllm.sequence import Request, Sequence, make_generator
-from hybridllm.step_types import StepResult, TokenSampler
+from hybridllm.sequence import Request, Sequence, SequenceStatus, make_generator
+from hybridllm.step_types import SchedulerOutput, StepResult, TokenSampler
 from hybridllm.text.tokenizer import load_tokenizer
 
 
@@ -168,41 +168,96 @@ class LLMEngine:
     def step_requests(self, while_running: Callable[[], None] | None = None) -> list[Request]:
         """step() without building its outputs: the requests it touched."""
         touched: dict[str, Request] = {r.request_id: r for r in self._aborted}
-        self._aborted = []
+        # Aborted and beam requests are checked here; a plain request's row marks its first
+        # token and its end itself (checking every request every step cost a loop).
+        others, self._aborted = self._aborted, []
+        ended: list[Request] = []
         sched = self.scheduler.schedule()
-        if sched.scheduled:
+        if sched.seqs:
             sched.has_beams = bool(self.beams.groups)
             scheduled_at = time.monotonic()
             result = self.runner.execute(sched, while_running)
-            cache_computed_blocks = self.kv.cache_computed_blocks
-            for item in sched.scheduled:
-                metrics = item.seq.request.metrics
-                if "time_in_queue" not in metrics:
-                    metrics["time_in_queue"] = scheduled_at - item.seq.request.arrival_time
-                item.seq.num_computed_tokens += item.num_new_tokens
-                cache_computed_blocks(item.seq)
-                if result.prompt_logprobs:
-                    self._record_prompt_logprobs(item.seq, result)
-            beam_requests: dict[str, Request] = {}
-            for row, seq in enumerate(result.sample_seqs):
-                if seq.beam_topk:
-                    self.beams.record(seq, result.beam_candidates[row])
-                    beam_requests[seq.request.request_id] = seq.request
-                    continue
-                self._append_token(seq, row, result)
-                touched[seq.request.request_id] = seq.request
-            for rid, request in beam_requests.items():
-                self.beams.advance(request)
-                self.stats.generation_tokens_total += len(request.seqs)
-                touched[rid] = request
-        for request in touched.values():
+            self._advance(sched, result, scheduled_at)
+            others += self._append_tokens(result, touched, ended)
+        for request in others:
             if not request.reported_first:
                 request.reported_first = True
                 request.first_token_time = time.monotonic()
-            if request.finished:
-                self.requests.pop(request.request_id, None)
-                self.stats.requests_finished_total += 1
+            if request.num_finished_seqs == len(request.seqs):  # request.finished
+                ended.append(request)
+        for request in ended:
+            self.requests.pop(request.request_id, None)
+            self.stats.requests_finished_total += 1
         return list(touched.values())
+
+    def _advance(self, sched: SchedulerOutput, result: StepResult, scheduled_at: float) -> None:
+        """The scheduled tokens are computed: count them, publish the blocks they filled."""
+        kv = self.kv
+        bs = kv.block_size
+        caching = kv.enable_prefix_caching
+        for seq, num_new in zip(sched.seqs, sched.num_new_tokens):
+            if not seq.queue_time_recorded:
+                seq.queue_time_recorded = True
+                metrics = seq.request.metrics
+                if "time_in_queue" not in metrics:
+                    metrics["time_in_queue"] = scheduled_at - seq.request.arrival_time
+            computed = seq.num_computed_tokens = seq.num_computed_tokens + num_new
+            if caching and computed // bs > seq.num_published_blocks:
+                kv.cache_computed_blocks(seq)
+        if result.prompt_logprobs:
+            for seq in sched.seqs:
+                self._record_prompt_logprobs(seq, result)
+
+    def _append_tokens(self, result: StepResult, touched: dict[str, Request],
+                       ended: list[Request]) -> list[Request]:
+        """Each sampled row's token to its sequence, and the stops; the requests whose last
+        sequence finished go to `ended`. Returns the beam requests, advanced a step."""
+        beam_requests: dict[str, Request] = {}
+        num_beam_rows = 0
+        sampled = result.sampled
+        token_ids, all_logprobs = sampled.token_ids, sampled.logprobs
+        eos = self._eos_token_ids
+        detokenize = self.output_processor.detokenize
+        finish = self.scheduler.finish
+        for row, seq in enumerate(result.sample_seqs):
+            if seq.beam_topk:
+                self.beams.record(seq, result.beam_candidates[row])
+                beam_requests[seq.request.request_id] = seq.request
+                num_beam_rows += 1
+                continue
+            request = seq.request
+            touched[request.request_id] = request
+            if not request.reported_first:
+                request.reported_first = True
+                request.first_token_time = time.monotonic()
+            token = token_ids[row]
+            seq.token_ids.append(token)
+            if (logprobs := all_logprobs[row]) is not None:
+                seq.output_logprobs.append(logprobs)
+                seq.cumulative_logprob += sampled.sampled_logprobs[row] or 0.0
+            p = seq.params
+            if token in p.stop_token_ids:
+                finish(seq, "stop", token)
+            elif not p.ignore_eos and token in eos:
+                finish(seq, "stop", None)
+            stop_str = self.output_processor.update_text(seq) if detokenize else None
+            if seq.status is not SequenceStatus.FINISHED:
+                if stop_str is not None:
+                    finish(seq, "stop", stop_str)
+                elif len(seq.token_ids) - seq.num_prompt_tokens >= request.max_tokens:
+                    finish(seq, "length")
+                    if detokenize:
+                        self.output_processor.finish_text(seq)
+                else:
+                    continue  # still running: most rows
+            if request.num_finished_seqs == len(request.seqs):
+                ended.append(request)
+        self.stats.generation_tokens_total += len(result.sample_seqs) - num_beam_rows
+        for rid, request in beam_requests.items():
+            self.beams.advance(request)
+            self.stats.generation_tokens_total += len(request.seqs)
+            touched[rid] = request
+        return list(beam_requests.values())
 
     def _record_prompt_logprobs(self, seq: Sequence, result: StepResult) -> None:
         chunk = result.prompt_logprobs.get(seq.seq_id)
@@ -212,25 +267,3 @@ class LLMEngine:
         first, entries = chunk
         # After a preemption the prompt is recomputed: keep only positions not yet recorded.
         recorded.extend(entries[max(len(recorded) - first, 0) :])
-
-    def _append_token(self, seq: Sequence, row: int, result: StepResult) -> None:
-        token = result.sampled.token_ids[row]
-        seq.token_ids.append(token)
-        self.stats.generation_tokens_total += 1
-        logprobs = result.sampled.logprobs[row]
-        if logprobs is not None:
-            seq.output_logprobs.append(logprobs)
-            seq.cumulative_logprob += result.sampled.sampled_logprobs[row] or 0.0
-        p = seq.params
-        if token in p.stop_token_ids:
-            self.scheduler.finish(seq, "stop", token)
-        elif not p.ignore_eos and token in self._eos_token_ids:
-            self.scheduler.finish(seq, "stop", None)
-        stop_str = self.output_processor.update_text(seq)
-        if seq.is_finished:
-            return
-        if stop_str is not None:
-            self.scheduler.finish(seq, "stop", stop_str)
-        elif seq.num_output_tokens >= seq.request.max_tokens:
-            self.scheduler.finish(seq, "length")
-            self.output_processor.finish_text(seq)

@@ -57,40 +57,47 @@ class OutputProcessor:
         return state.text if state is not None else ""
 
     def make_output(self, request: Request) -> RequestOutput:
+        # Called for every running request every step: attribute reads kept to what is used,
+        # positional arguments, and n == 1 without the loop.
         if request.beam_width:
             return self._beam_output(request)
-        # Called for every running request every step: attribute reads kept to what is used.
-        texts = self._text
-        outputs = []
-        for seq in request.seqs:
-            want_lp = seq.params.logprobs is not None
-            state = texts.get(seq.seq_id) if texts else None
-            outputs.append(
-                CompletionOutput(
-                    seq.index,
-                    state.text if state is not None else "",
-                    _output_ids(seq),
-                    seq.cumulative_logprob if want_lp else None,
-                    list(seq.output_logprobs) if want_lp else None,
-                    seq.finish_reason,
-                    seq.stop_reason,
-                )
-            )
-        finished = request.num_finished_seqs == len(outputs)
-        if finished and texts:
-            for seq in request.seqs:
-                texts.pop(seq.seq_id, None)
+        seqs = request.seqs
+        if len(seqs) == 1 and not self._text:
+            seq = seqs[0]
+            lp = seq.params.logprobs is not None
+            ids = seq.token_ids
+            outputs = [CompletionOutput(
+                seq.index, "",
+                TokenIdsView(ids, seq.num_prompt_tokens, len(ids)) if seq.finish_reason is None
+                else ids[seq.num_prompt_tokens :],  # _output_ids, inlined
+                seq.cumulative_logprob if lp else None, list(seq.output_logprobs) if lp else None,
+                seq.finish_reason, seq.stop_reason,
+            )]
+            finished = seq.finish_reason is not None
+        else:
+            outputs = [self._completion(seq) for seq in seqs]
+            finished = request.num_finished_seqs == len(outputs)
+            if finished and self._text:
+                for seq in seqs:
+                    self._text.pop(seq.seq_id, None)
         return RequestOutput(
-            request_id=request.request_id,
-            prompt=request.prompt,
-            prompt_token_ids=request.prompt_token_ids,
-            prompt_logprobs=request.prompt_logprobs,
-            outputs=outputs,
-            finished=finished,
-            num_cached_tokens=request.seqs[0].num_cached_tokens,
-            metrics=request.metrics,
+            request.request_id, request.prompt, request.prompt_token_ids,
+            request.prompt_logprobs, outputs, finished, seqs[0].num_cached_tokens,
+            request.metrics,
         )
 
+    def _completion(self, seq: Sequence) -> CompletionOutput:
+        lp = seq.params.logprobs is not None
+        state = self._text.get(seq.seq_id)
+        return CompletionOutput(
+            seq.index,
+            state.text if state is not None else "",
+            _output_ids(seq),
+            seq.cumulative_logprob if lp else None,
+            list(seq.output_logprobs) if lp else None,
+            seq.finish_reason,
+            seq.stop_reason,
+        )
 
     def _beam_output(self, request: Request) -> RequestOutput:
         """A beam request reports nothing until it ends: then its best beams, best first."""

@@ -34,6 +34,8 @@ class PreparedBatch:
     block_tables: np.ndarray  # [B, width] int32, width = the longest table of the step
     query_lens: list[int]
     seq_lens_host: list[int]
+    max_query_len: int
+    max_seq_len: int
     sample_rows: list[int]
     sample_seqs: list[Sequence]
     # Prompt-logprob work: (sequence, first prompt position, flat rows) per chunk.
@@ -117,38 +119,40 @@ class InputBatch:
 
     def prepare(self, sched: SchedulerOutput) -> PreparedBatch:
         """The step's flat inputs: per sequence its query tokens, in schedule order."""
-        items = sched.scheduled
-        seqs = [item.seq for item in items]
+        seqs, q_lens = sched.seqs, sched.num_new_tokens
         rows = self.update(seqs)
-        q_lens = [item.num_new_tokens for item in items]
         starts_l = [s.num_computed_tokens for s in seqs]
         starts = np.array(starts_l, dtype=np.int64)
-        q = np.array(q_lens, dtype=np.int64)
-        seq_lens = starts + q
-        cu = np.zeros(len(items) + 1, dtype=np.int64)
-        np.cumsum(q, out=cu[1:])
-        num_tokens = int(cu[-1])
-        if num_tokens == len(items):  # one query token per sequence (all decode, mostly)
-            ids = [s.token_ids[p] for s, p in zip(seqs, starts_l)]
-            positions, token_rows = starts, rows
+        n = len(seqs)
+        if sched.every_chunk_ends and sum(q_lens) == n:
+            # Pure decode, the steady state: each row is its sequence's last token.
+            ids = [s.token_ids[-1] for s in seqs]
+            cu = np.arange(n + 1, dtype=np.int64)
+            seq_lens = starts + 1
+            positions, token_rows, max_q = starts, rows, 1
         else:
+            q = np.array(q_lens, dtype=np.int64)
+            seq_lens = starts + q
+            cu = np.zeros(n + 1, dtype=np.int64)
+            np.cumsum(q, out=cu[1:])
             ids = []
-            for s, p, n in zip(seqs, starts_l, q_lens):
-                ids.extend(s.token_ids[p : p + n])
-            owner = np.repeat(np.arange(len(items)), q)
-            positions = np.arange(num_tokens, dtype=np.int64) - cu[:-1][owner] + starts[owner]
-            token_rows = rows[owner]
+            for s, p, k in zip(seqs, starts_l, q_lens):
+                ids.extend(s.token_ids[p : p + k])
+            owner = np.repeat(np.arange(n), q)
+            positions = np.arange(int(cu[-1]), dtype=np.int64) - cu[:-1][owner] + starts[owner]
+            token_rows, max_q = rows[owner], max(q_lens)
         bs = self.block_size
         slots = self.block_table[token_rows, positions // bs].astype(np.int64) * bs
         slots += positions % bs
         width = int(self.num_blocks[rows].max())
-        totals = np.array([len(s.token_ids) for s in seqs], dtype=np.int64)
-        samples = seq_lens == totals  # the chunk reaches the sequence's end
-        if samples.all():
+        if sched.every_chunk_ends:
             sample_rows, sample_seqs = (cu[1:] - 1).tolist(), seqs
         else:
+            totals = np.array([len(s.token_ids) for s in seqs], dtype=np.int64)
+            samples = seq_lens == totals  # the chunk reaches the sequence's end
             sample_rows = (cu[1:][samples] - 1).tolist()
             sample_seqs = [s for s, m in zip(seqs, samples.tolist()) if m]
+        seq_lens_host = seq_lens.tolist()
         return PreparedBatch(
             input_ids=np.array(ids, dtype=np.int64),
             positions=positions,
@@ -157,10 +161,14 @@ class InputBatch:
             seq_lens=seq_lens.astype(np.int32),
             block_tables=self.block_table[rows, :width],
             query_lens=q_lens,
-            seq_lens_host=seq_lens.tolist(),
+            seq_lens_host=seq_lens_host,
+            max_query_len=max_q,
+            max_seq_len=int(seq_lens.max()),
             sample_rows=sample_rows,
             sample_seqs=sample_seqs,
-            prompt_lp=_prompt_logprob_work(seqs, starts_l, q_lens, cu),
+            # A row at a sequence's last token predicts no prompt token.
+            prompt_lp=[] if max_q == 1 and sched.every_chunk_ends
+            else _prompt_logprob_work(seqs, starts_l, q_lens, cu),
         )
 
 

@@ -16,8 +16,13 @@ from hybridllm.config import EngineConfig
 from hybridllm.executor.kv_cache import num_kv_blocks
 from hybridllm.models.pooler import normalize_rows
 from hybridllm.outputs import Logprob, LogprobsDict
-from hybridllm.sequence import Sequence
-from hybridllm.step_types import PoolingSchedulerOutput, SamplerOutput, SchedulerOutput, StepResult
+from hybridllm.step_types import (
+    PoolingSchedulerOutput,
+    SamplerOutput,
+    SchedulerOutput,
+    StepResult,
+    reaches_end,
+)
 
 # Ordinary word-piece ids (no special tokens), cycled through by position.
 _FIRST_TOKEN = 1000
@@ -45,7 +50,7 @@ class MockModelRunner:
     ) -> StepResult:
         """Like a GPU forward pass: `while_running` runs within the step's time, not after."""
         _take_step_time(self.step_s, while_running)
-        seqs = [item.seq for item in sched.scheduled if item.samples]
+        seqs = [s for s, n in zip(sched.seqs, sched.num_new_tokens) if reaches_end(s, n)]
         tokens = [_FIRST_TOKEN + s.num_tokens % _NUM_TOKENS for s in seqs]
         logprobs = [None if s.params.logprobs is None else _entry(t, s.params.logprobs)
                     for s, t in zip(seqs, tokens)]
@@ -77,10 +82,9 @@ def _prompt_logprobs(sched: SchedulerOutput) -> dict[int, tuple[int, list[Logpro
     """As the model runner reports them: per sequence that asked, the first position this
     chunk predicts and one entry per prompt token it predicts."""
     out: dict[int, tuple[int, list[LogprobsDict]]] = {}
-    for item in sched.scheduled:
-        seq: Sequence = item.seq
+    for seq, num_new in zip(sched.seqs, sched.num_new_tokens):
         start = seq.num_computed_tokens
-        end = min(start + item.num_new_tokens, seq.num_prompt_tokens - 1)
+        end = min(start + num_new, seq.num_prompt_tokens - 1)
         if seq.params.prompt_logprobs is None or seq.index != 0 or start >= end:
             continue
         k = seq.params.prompt_logprobs

@@ -23,7 +23,7 @@ class Sampler:
 
     def __call__(self, logits: torch.Tensor, seqs: list[Sequence]) -> SamplerOutput:
         logits = logits.float()
-        if all(_plain_greedy(s) for s in seqs):
+        if all(s.plain_greedy or _plain_greedy(s) for s in seqs):
             # Nothing to change in the logits and nothing to report but the argmax: skip the
             # copy of the [rows, vocab] logits that processing works on.
             n = len(seqs)
@@ -106,14 +106,9 @@ class Sampler:
 
 
 def _plain_greedy(seq: Sequence) -> bool:
-    """Greedy, with no logprobs and nothing that _process would apply to this row."""
+    """Greedy, with no logprobs and nothing that _process would apply to this row (the
+    sequence's `plain_greedy` says the same once its min_tokens are behind it, or without)."""
     p = seq.params
-    return (
-        p.greedy
-        and p.logprobs is None
-        and (not p.min_tokens or seq.num_output_tokens >= p.min_tokens)
-        and not p.logit_bias
-        and p.repetition_penalty == 1.0
-        and p.frequency_penalty == 0.0
-        and p.presence_penalty == 0.0
+    return p.plain_greedy_except_min_tokens() and (
+        not p.min_tokens or seq.num_output_tokens >= p.min_tokens
     )
