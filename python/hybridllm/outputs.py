@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, overload
+
+import msgspec
 
 if TYPE_CHECKING:
     import torch
@@ -66,8 +68,10 @@ class TokenIdsView(Sequence):
         return repr(list(self))
 
 
-@dataclass(slots=True)  # made for every running sequence every step
-class CompletionOutput:
+# Both are made for every running request every step: msgspec structs build in C, in about a
+# third of a dataclass's time. Neither ever sits in a reference cycle, so the GC need not
+# track them (gc=False).
+class CompletionOutput(msgspec.Struct, gc=False):
     index: int
     text: str
     token_ids: list[int] | TokenIdsView  # a list once the sequence has finished
@@ -80,8 +84,7 @@ class CompletionOutput:
         return self.finish_reason is not None
 
 
-@dataclass(slots=True)
-class RequestOutput:
+class RequestOutput(msgspec.Struct, gc=False):
     request_id: str
     prompt: str | None
     prompt_token_ids: list[int]
@@ -89,7 +92,7 @@ class RequestOutput:
     outputs: list[CompletionOutput]
     finished: bool
     num_cached_tokens: int = 0
-    metrics: dict[str, float] = field(default_factory=dict)
+    metrics: dict[str, float] = msgspec.field(default_factory=dict)
 
 
 @dataclass

@@ -86,10 +86,13 @@ class Sequence:
         self.cumulative_logprob = 0.0
         self.num_preemptions = 0
         self.ever_scheduled = False
-        self.queue_time_recorded = False  # the engine has set its request's time_in_queue
         # The sampler's argmax-only path takes this row every step (asked for every row).
         p = self.params
         self.plain_greedy = p.plain_greedy_except_min_tokens() and not p.min_tokens
+        # Asked for every new token: the ids that stop it (the engine adds the EOS ids unless
+        # ignore_eos) and the length at which it stops.
+        self.stop_ids: frozenset[int] = frozenset(p.stop_token_ids)
+        self.max_num_tokens = self.num_prompt_tokens + request.max_tokens
         # Beam search: candidates to keep per step (0 = not a beam), and this step's best
         # (logprob, token id) continuations until the whole group has them.
         self.beam_topk = 0

@@ -140,6 +140,8 @@ class TokenSampler(Protocol):
 @dataclass
 class StepResult:
     sampled: SamplerOutput
+    # The scheduled sequences whose chunk reaches their end, in schedule order (row i of
+    # `sampled` is sample_seqs[i]'s token): the engine relies on that order.
     sample_seqs: list[Sequence]
     # seq_id -> (first prompt position predicted, entries) for this chunk
     prompt_logprobs: dict[int, tuple[int, list[LogprobsDict]]]

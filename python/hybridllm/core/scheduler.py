@@ -11,6 +11,7 @@ past max_num_seqs (nor the model runner's batch rows).
 
 from __future__ import annotations
 
+import time
 from collections import deque
 
 from hybridllm.config import SchedulerConfig
@@ -142,6 +143,10 @@ class Scheduler:
             if not seq.ever_scheduled:
                 seq.num_cached_tokens = num_cached
                 seq.ever_scheduled = True
+                # vLLM's RequestMetrics.time_in_queue: arrival to first scheduled.
+                metrics = seq.request.metrics
+                if "time_in_queue" not in metrics:
+                    metrics["time_in_queue"] = time.monotonic() - seq.request.arrival_time
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
             self._enter(seq)

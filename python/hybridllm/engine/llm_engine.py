@@ -131,8 +131,12 @@ class LLMEngine:
             request.prompt_logprobs = [None]
         if beam is not None:
             self.scheduler.add(self.beams.add(request, beam))
+        stop_ids = frozenset(params.stop_token_ids)
+        if not params.ignore_eos:
+            stop_ids |= self._eos_token_ids
         for i in range(params.n if beam is None else 0):
             seq = Sequence(request, i, make_generator(params.seed, i))
+            seq.stop_ids = stop_ids
             request.seqs.append(seq)
             self.scheduler.add(seq)
         self.requests[request_id] = request
@@ -162,8 +166,7 @@ class LLMEngine:
     def make_outputs(self, requests: list[Request]) -> list[RequestOutput]:
         """The outputs of requests a step touched; valid until the next step's forward pass
         ends (AsyncLLMEngine builds them during it)."""
-        make_output = self.output_processor.make_output
-        return [make_output(r) for r in requests]
+        return self.output_processor.make_outputs(requests)
 
     def step_requests(self, while_running: Callable[[], None] | None = None) -> list[Request]:
         """step() without building its outputs: the requests it touched."""
@@ -175,10 +178,8 @@ class LLMEngine:
         sched = self.scheduler.schedule()
         if sched.seqs:
             sched.has_beams = bool(self.beams.groups)
-            scheduled_at = time.monotonic()
             result = self.runner.execute(sched, while_running)
-            self._advance(sched, result, scheduled_at)
-            others += self._append_tokens(result, touched, ended)
+            others += self._apply_step(sched, result, touched, ended)
         for request in others:
             if not request.reported_first:
                 request.reported_first = True
@@ -190,42 +191,39 @@ class LLMEngine:
             self.stats.requests_finished_total += 1
         return list(touched.values())
 
-    def _advance(self, sched: SchedulerOutput, result: StepResult, scheduled_at: float) -> None:
-        """The scheduled tokens are computed: count them, publish the blocks they filled."""
+    def _apply_step(self, sched: SchedulerOutput, result: StepResult,
+                    touched: dict[str, Request], ended: list[Request]) -> list[Request]:
+        """The scheduled tokens are computed: count them and publish the KV blocks they
+        filled; each chunk that reached its sequence's end gives the sequence its sampled
+        token (the runner's sample rows are those sequences, in schedule order), then the
+        stops. Requests whose last sequence finished go to `ended`. One loop over the batch,
+        as this runs for every running sequence every step; returns the beam requests,
+        advanced a step."""
         kv = self.kv
-        bs = kv.block_size
-        caching = kv.enable_prefix_caching
-        for seq, num_new in zip(sched.seqs, sched.num_new_tokens):
-            if not seq.queue_time_recorded:
-                seq.queue_time_recorded = True
-                metrics = seq.request.metrics
-                if "time_in_queue" not in metrics:
-                    metrics["time_in_queue"] = scheduled_at - seq.request.arrival_time
-            computed = seq.num_computed_tokens = seq.num_computed_tokens + num_new
-            if caching and computed // bs > seq.num_published_blocks:
-                kv.cache_computed_blocks(seq)
+        bs, caching = kv.block_size, kv.enable_prefix_caching
         if result.prompt_logprobs:
             for seq in sched.seqs:
                 self._record_prompt_logprobs(seq, result)
-
-    def _append_tokens(self, result: StepResult, touched: dict[str, Request],
-                       ended: list[Request]) -> list[Request]:
-        """Each sampled row's token to its sequence, and the stops; the requests whose last
-        sequence finished go to `ended`. Returns the beam requests, advanced a step."""
         beam_requests: dict[str, Request] = {}
         num_beam_rows = 0
         sampled = result.sampled
         token_ids, all_logprobs = sampled.token_ids, sampled.logprobs
-        eos = self._eos_token_ids
         detokenize = self.output_processor.detokenize
         finish = self.scheduler.finish
-        for row, seq in enumerate(result.sample_seqs):
+        row = -1
+        for seq, num_new in zip(sched.seqs, sched.num_new_tokens):
+            computed = seq.num_computed_tokens = seq.num_computed_tokens + num_new
+            if caching and computed // bs > seq.num_published_blocks:
+                kv.cache_computed_blocks(seq)
+            if computed < len(seq.token_ids):
+                continue  # a prompt chunk short of the end: no token yet
+            row += 1
+            request = seq.request
             if seq.beam_topk:
                 self.beams.record(seq, result.beam_candidates[row])
-                beam_requests[seq.request.request_id] = seq.request
+                beam_requests[request.request_id] = request
                 num_beam_rows += 1
                 continue
-            request = seq.request
             touched[request.request_id] = request
             if not request.reported_first:
                 request.reported_first = True
@@ -235,16 +233,13 @@ class LLMEngine:
             if (logprobs := all_logprobs[row]) is not None:
                 seq.output_logprobs.append(logprobs)
                 seq.cumulative_logprob += sampled.sampled_logprobs[row] or 0.0
-            p = seq.params
-            if token in p.stop_token_ids:
-                finish(seq, "stop", token)
-            elif not p.ignore_eos and token in eos:
-                finish(seq, "stop", None)
+            if token in seq.stop_ids:  # a stop token id is the stop reason; EOS is none
+                finish(seq, "stop", token if token in seq.params.stop_token_ids else None)
             stop_str = self.output_processor.update_text(seq) if detokenize else None
             if seq.status is not SequenceStatus.FINISHED:
                 if stop_str is not None:
                     finish(seq, "stop", stop_str)
-                elif len(seq.token_ids) - seq.num_prompt_tokens >= request.max_tokens:
+                elif len(seq.token_ids) >= seq.max_num_tokens:
                     finish(seq, "length")
                     if detokenize:
                         self.output_processor.finish_text(seq)
@@ -252,7 +247,10 @@ class LLMEngine:
                     continue  # still running: most rows
             if request.num_finished_seqs == len(request.seqs):
                 ended.append(request)
-        self.stats.generation_tokens_total += len(result.sample_seqs) - num_beam_rows
+        if row + 1 != len(result.sample_seqs):
+            raise RuntimeError(f"the runner sampled {len(result.sample_seqs)} rows for "
+                               f"{row + 1} sequences at their end")
+        self.stats.generation_tokens_total += row + 1 - num_beam_rows
         for rid, request in beam_requests.items():
             self.beams.advance(request)
             self.stats.generation_tokens_total += len(request.seqs)

@@ -56,30 +56,45 @@ class OutputProcessor:
         state = self._text.get(seq.seq_id)
         return state.text if state is not None else ""
 
+    def make_outputs(self, requests: list[Request]) -> list[RequestOutput]:
+        """One output per request. Made for every running request every step, so the common
+        case (one sequence, no text kept here: the gRPC worker) is built right in the loop,
+        with no call per request: make_output's result, _completion and _output_ids inlined."""
+        if self._text:
+            return [self.make_output(r) for r in requests]
+        out: list[RequestOutput] = []
+        append = out.append
+        for request in requests:
+            seqs = request.seqs
+            if request.beam_width or len(seqs) != 1:
+                append(self.make_output(request))
+                continue
+            seq = seqs[0]
+            lp = seq.params.logprobs is not None
+            ids, reason = seq.token_ids, seq.finish_reason
+            start = seq.num_prompt_tokens
+            completion = CompletionOutput(
+                seq.index, "",
+                TokenIdsView(ids, start, len(ids)) if reason is None else ids[start:],
+                seq.cumulative_logprob if lp else None, list(seq.output_logprobs) if lp else None,
+                reason, seq.stop_reason,
+            )
+            append(RequestOutput(
+                request.request_id, request.prompt, request.prompt_token_ids,
+                request.prompt_logprobs, [completion], reason is not None,
+                seq.num_cached_tokens, request.metrics,
+            ))
+        return out
+
     def make_output(self, request: Request) -> RequestOutput:
-        # Called for every running request every step: attribute reads kept to what is used,
-        # positional arguments, and n == 1 without the loop.
         if request.beam_width:
             return self._beam_output(request)
         seqs = request.seqs
-        if len(seqs) == 1 and not self._text:
-            seq = seqs[0]
-            lp = seq.params.logprobs is not None
-            ids = seq.token_ids
-            outputs = [CompletionOutput(
-                seq.index, "",
-                TokenIdsView(ids, seq.num_prompt_tokens, len(ids)) if seq.finish_reason is None
-                else ids[seq.num_prompt_tokens :],  # _output_ids, inlined
-                seq.cumulative_logprob if lp else None, list(seq.output_logprobs) if lp else None,
-                seq.finish_reason, seq.stop_reason,
-            )]
-            finished = seq.finish_reason is not None
-        else:
-            outputs = [self._completion(seq) for seq in seqs]
-            finished = request.num_finished_seqs == len(outputs)
-            if finished and self._text:
-                for seq in seqs:
-                    self._text.pop(seq.seq_id, None)
+        outputs = [self._completion(seq) for seq in seqs]
+        finished = request.num_finished_seqs == len(outputs)
+        if finished and self._text:
+            for seq in seqs:
+                self._text.pop(seq.seq_id, None)
         return RequestOutput(
             request.request_id, request.prompt, request.prompt_token_ids,
             request.prompt_logprobs, outputs, finished, seqs[0].num_cached_tokens,
@@ -88,7 +103,7 @@ class OutputProcessor:
 
     def _completion(self, seq: Sequence) -> CompletionOutput:
         lp = seq.params.logprobs is not None
-        state = self._text.get(seq.seq_id)
+        state = self._text.get(seq.seq_id) if self._text else None
         return CompletionOutput(
             seq.index,
             state.text if state is not None else "",
