@@ -8,9 +8,14 @@
 #   2. greedy parity of the engine on CUDA against transformers on the default model
 #      (fp32 exact, with CUDA graphs, eager mixed steps and preemption; bf16 match fraction;
 #      seeded sampling batch independence) — tests/worker_cuda/cuda_parity.py;
-#   3. the kernel and worker tests on CUDA (real bf16 shapes, no interpreter, graphs captured).
-# Run from anywhere; PYTHON is the venv's python (torch, triton, transformers, the default
-# model's package). With $OUT set, a summary goes to $OUT/gpu_check.txt (full log beside it).
+#   3. serving (ci/gpu_serve.sh): the 1B shape served by the Rust frontend and the Python
+#      fallback, `bench serve` at concurrency 1/16/64/256 against the serving targets;
+#   4. the kernel and worker tests on CUDA (real bf16 shapes, no interpreter, graphs captured).
+# Run from anywhere; PYTHON is the python to use (torch, triton, transformers). On a stock
+# image with no network, first make the bundle here (bash ci/gpu_bundle.sh) and send the
+# gpu_bundle/ folder with the checkout: it is installed before the first section
+# (ci/gpu_bundle_install.sh; GPU_BUNDLE names another folder). With $OUT set, a summary goes
+# to $OUT/gpu_check.txt (full log beside it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -28,7 +33,7 @@ failed=0
 summarize() {
   {
     echo "gpu_check summary ($(date -u +%FT%TZ), ${SECONDS} s)"
-    grep -E '^(gpu_check:|decode bench:|runner bench:|batch |runner batch |parity:)' "$LOG"
+    grep -E '^(gpu_check:|decode bench:|runner bench:|batch |runner batch |parity:|serve:)' "$LOG"
     grep -E '^(FAILED|ERROR) |^=+ .*(passed|failed|error)|^[A-Za-z.]*(Error|Exception):' "$LOG"
     cat "$SUMMARY.sections"
     echo "gpu_check: $([ "$failed" = 0 ] && echo PASS || echo FAIL)"
@@ -49,6 +54,17 @@ section() {
   echo "section $name: rc=$rc ($([ "$rc" = 124 ] && echo 'TIMED OUT, ')$((SECONDS - start)) s)" \
     | tee -a "$SUMMARY.sections"
 }
+
+BUNDLE=${GPU_BUNDLE:-gpu_bundle}
+if [ -d "$BUNDLE" ]; then
+  # shellcheck source=ci/gpu_bundle_install.sh
+  . ci/gpu_bundle_install.sh
+  # Not in a pipeline: its exports must reach this shell.
+  gpu_bundle_install "$BUNDLE" >"$DIR/bundle.log" 2>&1
+  rc=$?
+  tee -a "$LOG" <"$DIR/bundle.log"
+  [ "$rc" = 0 ] || { echo "gpu_check: the bundle did not install" | tee -a "$LOG"; exit 1; }
+fi
 
 "$PY" - 2>&1 <<'PYEOF' | tee -a "$LOG"
 import torch, triton
@@ -71,6 +87,8 @@ section "engine-step bench, CUDA graphs" 100 "$PY" "${BENCH[@]}" --batch-sizes 1
   --runner --iters 30
 section "decode bench, eager" 40 "$PY" "${BENCH[@]}" --batch-sizes 1,64 --enforce-eager --iters 10
 section "greedy parity vs transformers" 150 "$PY" tests/worker_cuda/cuda_parity.py
+section "serving, Rust frontend and Python fallback" 150 env PYTHON="$PY" OUT="$DIR" \
+  bash ci/gpu_serve.sh
 # Whatever time is left (at least 60 s) for the tests; the sm_90 AOT compile test is for
 # machines without a GPU and is skipped here.
 left=$((470 - SECONDS))
