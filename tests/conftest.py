@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
+from hybridllm.config import KV_SPACE_ENV
 from hybridllm.models.resolve import resolve_model
+from tests.golden.kinds import PROMPTS
 
-PROMPTS = [
-    "The capital of France is",
-    "def fibonacci(n):",
-    "Once upon a time, in a small village,",
-    "List three colors:",
-    "The quick brown fox",
-    "Water boils at",
-    "Translate to French: Good morning",
-    "In 1969, humans first",
-]
+__all__ = ["PROMPTS"]
+
+# A test-sized CPU KV cache (0.5 GiB: 11k tokens of the default model, more than its context)
+# for every engine the suite starts, in-process or as a server process, which inherits the
+# environment: the 2 GiB default is sized for serving, and allocating and zero-filling it for
+# each engine cost the suite time and memory. Tests that size the cache themselves still do.
+os.environ.setdefault(KV_SPACE_ENV, "0.5")
 
 
 @pytest.fixture(scope="session")
@@ -27,10 +27,9 @@ def model_path() -> Path:
 
 @pytest.fixture(scope="session")
 def hf_model(model_path: Path):
-    import torch
-    from transformers import AutoModelForCausalLM
+    from tests.golden.kinds import hf_model
 
-    return AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
+    return hf_model()
 
 
 @pytest.fixture(scope="session")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,23 @@ _DTYPES = {
     "half": torch.float16,
 }
 CPU_DEFAULT_KV_CACHE_BYTES = 2 << 30
+# vLLM's VLLM_CPU_KVCACHE_SPACE under our prefix: the CPU KV budget in GiB when no
+# --kv-cache-memory is given (operators size it per host; the test suite sets a small one).
+KV_SPACE_ENV = "HYBRIDLLM_CPU_KVCACHE_SPACE"
+
+
+def cpu_default_kv_cache_bytes() -> int:
+    """The CPU KV budget without --kv-cache-memory: $HYBRIDLLM_CPU_KVCACHE_SPACE GiB, else 2 GiB."""
+    raw = os.environ.get(KV_SPACE_ENV, "").strip()
+    if not raw:
+        return CPU_DEFAULT_KV_CACHE_BYTES
+    try:
+        gib = float(raw)
+    except ValueError:
+        gib = -1.0
+    if not 0 < gib < float("inf"):
+        raise ValueError(f"{KV_SPACE_ENV} must be a positive number of GiB, got {raw!r}")
+    return int(gib * (1 << 30))
 
 
 @dataclass
@@ -89,7 +107,8 @@ class EngineArgs:
         parser.add_argument("--gpu-memory-utilization", type=float,
                             default=d.gpu_memory_utilization)
         parser.add_argument("--kv-cache-memory", type=int, default=None,
-                            help="KV-cache size in bytes (overrides --gpu-memory-utilization).")
+                            help="KV-cache size in bytes (overrides --gpu-memory-utilization; "
+                            "on CPU the default is $HYBRIDLLM_CPU_KVCACHE_SPACE GiB, else 2).")
         parser.add_argument("--num-gpu-blocks-override", type=int, default=None)
         parser.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction,
                             default=d.enable_prefix_caching)

@@ -9,18 +9,19 @@ from __future__ import annotations
 import pytest
 
 from hybridllm import LLM, BeamSearchParams
-from tests.beam.hf_reference import EOS, assert_equal_or_near_tie, hf_beams, hf_score
-from tests.conftest import PROMPTS
-
-MAX_CHAT = 20
-CHATS = [
-    "What is 2 + 2? Answer with a number only.",
-    "Name one primary color. One word.",
-    "What is the capital of Italy? One word.",
-    "Say hello in Spanish. One word.",
-    "Is water wet? Answer yes or no.",
-    "What is the opposite of hot? One word.",
-]
+from tests import golden
+from tests.beam.hf_reference import assert_equal_or_near_tie, rescorer
+from tests.golden.kinds import BEAM_CHAT_TOKENS as MAX_CHAT
+from tests.golden.kinds import BEAM_CHATS as CHATS
+from tests.golden.kinds import (
+    BEAM_EOS_GRID,
+    BEAM_IGNORE_EOS_KS,
+    BEAM_IGNORE_EOS_TOKENS,
+    EOS,
+    PROMPTS,
+    beam_case,
+    chat_ids,
+)
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +30,15 @@ def llm(model_path) -> LLM:
 
 
 @pytest.fixture(scope="module")
+def reference(model_path) -> dict:
+    """transformers' beams (tests/golden; test_live.py recomputes a case of it every run)."""
+    return golden.load("beams")
+
+
+@pytest.fixture(scope="module")
 def chat_prompts(llm: LLM) -> list[list[int]]:
+    """The chat questions through the model's template, as the reference's inputs were made;
+    rendered here by the engine's own template and tokenizer."""
     tok = llm.get_tokenizer()
     template = llm.engine.tokenizer_info.chat_template
     from hybridllm.text.chat_template import render_chat
@@ -39,52 +48,49 @@ def chat_prompts(llm: LLM) -> list[list[int]]:
         text = render_chat(template, [{"role": "user", "content": q}],
                            add_generation_prompt=True)
         out.append(tok.encode(text, add_special_tokens=False).ids)
+    assert out == [chat_ids(q) for q in CHATS]
     return out
 
 
-@pytest.mark.parametrize("k", [2, 4])
-def test_ignore_eos_equals_transformers(k: int, llm: LLM, hf_model, tokenizer) -> None:
-    params = BeamSearchParams(beam_width=k, max_tokens=24, ignore_eos=True)
+@pytest.mark.parametrize("k", BEAM_IGNORE_EOS_KS)
+def test_ignore_eos_equals_transformers(k: int, llm: LLM, tokenizer, reference: dict) -> None:
+    n = BEAM_IGNORE_EOS_TOKENS
+    params = BeamSearchParams(beam_width=k, max_tokens=n, ignore_eos=True)
     prompts = PROMPTS[:6]
     outputs = llm.beam_search(prompts, params)
     assert len(outputs) == len(prompts) == 6
-    for prompt, out in zip(prompts, outputs):
+    refs = reference["ignore_eos"][beam_case(k)]
+    for prompt, out, ref in zip(prompts, outputs, refs):
         ids = tokenizer.encode(prompt).ids
         assert len(out.sequences) == k
         gens = [s.tokens[len(ids) :] for s in out.sequences]
         assert all(s.tokens[: len(ids)] == ids for s in out.sequences)
-        assert [len(g) for g in gens] == [24] * k
-        ref = hf_beams(hf_model, ids, k, 24, ignore_eos=True)
-        assert_equal_or_near_tie(hf_model, ids, gens, ref, True, 1.0)
+        assert [len(g) for g in gens] == [n] * k
+        rescore = rescorer(ids, True, 1.0)
+        assert_equal_or_near_tie(gens, ref, rescore)
         # cum_logprob is the beam's own (unpenalized) sum; scores are in descending order.
-        scores = [s.cum_logprob / 24 for s in out.sequences]
+        scores = [s.cum_logprob / n for s in out.sequences]
         assert scores == sorted(scores, reverse=True)
-        for s, g in zip(out.sequences, gens):
-            assert abs(s.cum_logprob / 24 - hf_score(hf_model, ids, g, True, 1.0)) < 1e-4
+        for s, g, (ref_gen, _, ref_rescored) in zip(out.sequences, gens, ref):
+            hf = ref_rescored if g == ref_gen else rescore(g)
+            assert abs(s.cum_logprob / n - hf) < 1e-4
 
 
-# The full grid early_stopping {False, True} x length_penalty {0.5, 2.0} at k=4, and two of
-# its corners again at k=2.
-EOS_GRID = [(4, es, lp) for es in (False, True) for lp in (0.5, 2.0)] + [
-    (2, False, 0.5), (2, True, 2.0)]
-
-
-@pytest.mark.parametrize(("k", "early_stopping", "length_penalty"), EOS_GRID)
+@pytest.mark.parametrize(("k", "early_stopping", "length_penalty"), BEAM_EOS_GRID)
 def test_eos_allowed_equals_transformers(
-    k: int, early_stopping: bool | str, length_penalty: float, llm: LLM, hf_model,
-    chat_prompts: list[list[int]],
+    k: int, early_stopping: bool | str, length_penalty: float, llm: LLM,
+    chat_prompts: list[list[int]], reference: dict,
 ) -> None:
     params = BeamSearchParams(
         beam_width=k, max_tokens=MAX_CHAT, length_penalty=length_penalty,
         early_stopping=early_stopping, include_stop_str_in_output=True,
     )
     outputs = llm.beam_search(chat_prompts, params)
+    refs = reference["eos"][beam_case(k, early_stopping, length_penalty)]
     ended_by_eos = 0
-    for ids, out in zip(chat_prompts, outputs):
+    for ids, out, ref in zip(chat_prompts, outputs, refs):
         gens = [s.tokens[len(ids) :] for s in out.sequences]
-        ref = hf_beams(hf_model, ids, k, MAX_CHAT, ignore_eos=False,
-                       early_stopping=early_stopping, length_penalty=length_penalty)
-        assert_equal_or_near_tie(hf_model, ids, gens, ref, False, length_penalty)
+        assert_equal_or_near_tie(gens, ref, rescorer(ids, False, length_penalty))
         for s, g in zip(out.sequences, gens):
             assert (s.finish_reason == "stop") == (g[-1] == EOS)
             ended_by_eos += g[-1] == EOS

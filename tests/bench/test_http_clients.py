@@ -10,7 +10,8 @@ import pytest
 
 from hybridllm.bench.client import build_payload
 from hybridllm.bench.serve import run_level
-from tests.e2e.conftest import API_KEY, Server, start_serve, stop_serve
+from tests.e2e.conftest import API_KEY
+from tests.launch import Server, start, stop
 
 MODEL = "SmolLM2-135M-Instruct"
 OUT_LEN = 6
@@ -18,10 +19,10 @@ OUT_LEN = 6
 
 @pytest.fixture(scope="module")
 def mock_server(model_path: Path, tmp_path_factory) -> Iterator[Server]:
-    srv = start_serve(model_path, tmp_path_factory.mktemp("clients"), "--mock-engine",
-                      "--mock-step-ms", "1", "--api-key", API_KEY)
+    srv = start("rust", tmp_path_factory.mktemp("clients"), "--max-model-len", "512",
+                "--mock-engine", "--mock-step-ms", "1", "--api-key", API_KEY)
     yield srv
-    assert stop_serve(srv) == 0
+    assert stop(srv) == 0
 
 
 def _payloads(n: int, **extra) -> list[bytes]:

@@ -10,12 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import socket
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,103 +21,37 @@ import pytest
 
 from hybridllm.models.resolve import DEFAULT_MODEL
 from hybridllm.paths import cache_dir
+from tests.launch import Server, start, stop, wait_ready
 
 MODES = ("py-inproc", "py-grpc", "rust")
+KIND = {"py-inproc": "python", "py-grpc": "python-grpc", "rust": "rust"}  # tests/launch.py's
 API_KEY = "sk-conformance"
 MAX_MODEL_LEN = 512
 ENGINE_FLAGS = ["--max-model-len", str(MAX_MODEL_LEN), "--kv-cache-memory", str(64 << 20),
                 "--max-num-seqs", "8"]
 # The bundled model's converted folder; the `servers` fixture makes sure it exists.
 MODEL = cache_dir() / "models" / DEFAULT_MODEL
-BIN = Path(sys.executable).parent
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    def __init__(self, mode: str, procs: list[subprocess.Popen], port: int) -> None:
-        self.mode, self.procs, self.port = mode, procs, port
-        self.url = f"http://127.0.0.1:{port}"
-        self.http = httpx.Client(base_url=self.url, timeout=120,
-                                 headers={"Authorization": f"Bearer {API_KEY}"})
-
-    def post(self, path: str, body: Any = None, raw: bytes | None = None,
-             headers: dict[str, str] | None = None) -> httpx.Response:
-        content = raw if raw is not None else json.dumps(body).encode()
-        return self.http.post(path, content=content,
-                              headers={"content-type": "application/json", **(headers or {})})
-
-    def stop(self) -> None:
-        self.http.close()
-        for p in reversed(self.procs):
-            if p.poll() is None:
-                p.terminate()
-        for p in reversed(self.procs):
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-
-
-def _spawn(argv: list[str], log: Path) -> subprocess.Popen:
-    env = {**os.environ, "HYBRIDLLM_LOG": "warn"}
-    return subprocess.Popen(argv, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env)
-
-
-def _start(mode: str, logdir: Path, model: Path = MODEL,
-           flags: list[str] = ENGINE_FLAGS) -> Server:
-    """`mode`'s server of `model` with the engine `flags`, not yet waited for."""
-    port = _free_port()
-    frontend = ["--host", "127.0.0.1", "--port", str(port), "--api-key", API_KEY]
-    procs = []
-    if mode == "rust":
-        procs.append(_spawn([str(BIN / "hybridllm"), "serve", str(model), "--rust-frontend",
-                             *flags, *frontend], logdir / "rust.log"))
-    else:
-        cmd = [sys.executable, "-m", "hybridllm.cli.main", "serve", "--model", str(model),
-               "--disable-log-requests", *flags, *frontend]
-        if mode == "py-grpc":
-            sock = os.path.join(tempfile.mkdtemp(prefix="hybridllm-conf-"), "engine.sock")
-            procs.append(_spawn([str(BIN / "hybridllm"), "worker", "--model", str(model),
-                                 "--engine-address", f"unix://{sock}", *flags],
-                                logdir / "worker.log"))
-            cmd += ["--connect-engine", f"unix://{sock}"]
-        procs.append(_spawn(cmd, logdir / f"{mode}.log"))
-    return Server(mode, procs, port)
-
-
-def _wait(server: Server, deadline: float, logdir: Path) -> None:
-    while time.monotonic() < deadline:
-        if any(p.poll() is not None for p in server.procs):
-            break
-        try:
-            if httpx.get(server.url + "/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    logs = "\n".join(f"--- {f.name}\n{f.read_text()[-3000:]}" for f in logdir.iterdir())
-    server.stop()
-    raise RuntimeError(f"{server.mode} frontend did not become healthy\n{logs}")
 
 
 def start_all(tmp_path_factory: pytest.TempPathFactory, model: Path,
               flags: list[str]) -> Iterator[dict[str, Server]]:
-    """The three frontends of `model`, loaded in parallel; stopped when the caller is done."""
-    logdirs = {m: tmp_path_factory.mktemp(m) for m in MODES}
-    started = {m: _start(m, logdirs[m], model, flags) for m in MODES}
+    """The three frontends of `model` with the engine `flags`, loaded in parallel; stopped
+    when the caller is done."""
+    started: dict[str, Server] = {}
     try:
+        for m in MODES:
+            quiet = [] if m == "rust" else ["--disable-log-requests"]
+            started[m] = start(KIND[m], tmp_path_factory.mktemp(m), *flags, *quiet,
+                               "--api-key", API_KEY, model=model, env={"HYBRIDLLM_LOG": "warn"},
+                               wait=False)
         deadline = time.monotonic() + 240
-        for m, s in started.items():
-            _wait(s, deadline, logdirs[m])
+        for s in started.values():
+            wait_ready(s, max(0.0, deadline - time.monotonic()))
+            s.http  # noqa: B018  (the shared client, made before tests use it from threads)
         yield started
     finally:
         for s in started.values():
-            s.stop()
+            stop(s)
 
 
 @pytest.fixture(scope="session")

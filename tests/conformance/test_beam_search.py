@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -59,10 +60,17 @@ def test_openai_client_equals_offline(servers: dict, model_path) -> None:
         for mode, s in servers.items():
             client = openai.OpenAI(base_url=s.url + "/v1", api_key=API_KEY, max_retries=0)
             model = client.models.list().data[0].id
-            for prompt, texts in zip(PROMPTS, want):
-                comp = client.completions.create(
+
+            def complete(prompt: str, client=client, model=model, k=k):
+                return client.completions.create(
                     model=model, prompt=prompt, max_tokens=24, n=k, temperature=0,
                     extra_body={"use_beam_search": True, "ignore_eos": True})
+
+            # The six requests at once: the server batches their beam groups (as the offline
+            # call does), one server at a time.
+            with ThreadPoolExecutor(len(want)) as pool:
+                comps = list(pool.map(complete, PROMPTS[: len(want)]))
+            for prompt, texts, comp in zip(PROMPTS, want, comps):
                 assert [c.index for c in comp.choices] == list(range(k)), mode
                 assert [c.text for c in comp.choices] == texts, (mode, prompt)
                 assert comp.usage.completion_tokens == 24 * k, mode
@@ -100,7 +108,7 @@ def test_beam_refusals(servers: dict, case: tuple) -> None:
 def _gauge(s: Any, name: str) -> float:
     text = s.http.get("/metrics").text
     m = re.search(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.M)
-    assert m, (s.mode, name)
+    assert m, (s.kind, name)
     return float(m.group(1))
 
 

@@ -17,8 +17,10 @@ import openai
 import pytest
 
 from hybridllm.models.resolve import DEFAULT_EMBEDDING_MODEL, resolve_model
+from tests import golden
 from tests.conformance.conftest import API_KEY, Server, assert_same, parsed, start_all
 from tests.conformance.test_errors import TYPE_ERROR, Foreign, assert_same_error
+from tests.golden.kinds import decode_embeddings, embedding_model
 from tests.pooling.conftest import reference_ids
 from tests.pooling.corpus import CORPUS
 
@@ -125,11 +127,10 @@ def _embed(client: openai.OpenAI, fmt: str | None) -> np.ndarray:
 def test_openai_client_matches_sentence_transformers(
     embed_servers: dict, embed_folder: Path
 ) -> None:
-    from sentence_transformers import SentenceTransformer
-
     assert len(CORPUS) >= 50
-    st = SentenceTransformer(str(embed_folder), device="cpu")
-    ref = st.encode(CORPUS, batch_size=32, convert_to_numpy=True).astype(np.float64)
+    assert embed_folder.resolve() == embedding_model().resolve()
+    # sentence-transformers' embeddings (tests/golden; test_live.py recomputes some).
+    ref = decode_embeddings(golden.load("st_embeddings")["corpus"], len(CORPUS))
     for mode, s in embed_servers.items():
         client = openai.OpenAI(base_url=s.url + "/v1", api_key=API_KEY, max_retries=0)
         for fmt in ("float", "base64", None):

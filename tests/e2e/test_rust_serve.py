@@ -12,7 +12,19 @@ import httpx
 import openai
 import pytest
 
-from tests.e2e.conftest import API_KEY, Server, alive, child_pids, metric, start_serve, stop_serve
+from tests.e2e.conftest import API_KEY
+from tests.launch import (
+    Server,
+    alive,
+    child_pids,
+    free_port,
+    metric,
+    running,
+    spawn,
+    start,
+    start_worker,
+    stop,
+)
 
 CHAT = [{"role": "user", "content": "What is the capital of France?"}]
 
@@ -114,16 +126,17 @@ def test_disconnect_mid_stream_frees_request(server: Server) -> None:
         for n, _ in enumerate(r.iter_lines()):
             if n >= 6:
                 break  # hang up with most of the 400 tokens still to come
-    assert metric(server.url, "hybridllm:num_requests_running") >= 0
+    assert metric(server, "hybridllm:num_requests_running") >= 0
     deadline = time.monotonic() + 10
-    while metric(server.url, "hybridllm:num_requests_running") != 0:
+    while metric(server, "hybridllm:num_requests_running") != 0:
         assert time.monotonic() < deadline, "aborted request still running"
         time.sleep(0.1)
-    assert metric(server.url, "hybridllm:generation_tokens_total") < 400 * 2
+    assert metric(server, "hybridllm:generation_tokens_total") < 400 * 2
 
 
 def test_worker_death_stops_serve_nonzero(model_path, tmp_path) -> None:
-    srv = start_serve(model_path, tmp_path)
+    # serve's own readiness check done: its supervision loop watches the worker
+    srv = start("rust", tmp_path, "--max-model-len", "512", wait="log")
     children = child_pids(srv.proc.pid)
     assert len(children) == 2  # worker and Rust frontend
     worker = next(p for p in children if "worker" in open(f"/proc/{p}/cmdline").read())
@@ -134,25 +147,22 @@ def test_worker_death_stops_serve_nonzero(model_path, tmp_path) -> None:
 
 
 def test_sigterm_stops_everything(model_path, tmp_path) -> None:
-    srv = start_serve(model_path, tmp_path)
+    srv = start("rust", tmp_path, "--max-model-len", "512", wait="log")
     children = child_pids(srv.proc.pid)
     assert "Rust frontend" in srv.output()
-    assert stop_serve(srv) == 0
+    assert stop(srv) == 0
     assert not any(alive(p) for p in children)
 
 
 def test_health_503_when_worker_unavailable(model_path, tmp_path) -> None:
     """The frontend alone, its worker gone: /health and requests answer 503."""
     from hybridllm.entrypoints.rust_frontend import find_frontend_binary
-    from tests.e2e.conftest import free_port
-    from tests.worker.conftest import start_worker
-    from tests.worker.conftest import stop as stop_worker
 
-    worker, address = start_worker(model_path)
+    worker = start_worker(model_path, "--max-model-len", "2048")
     port = free_port()
-    frontend = __import__("subprocess").Popen(
+    frontend = spawn(
         [str(find_frontend_binary()), "--host", "127.0.0.1", "--port", str(port),
-         "--engine-address", address, "--args-json", "{}"])
+         "--engine-address", worker.url, "--args-json", "{}"], tmp_path / "frontend.log")
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(100):
@@ -162,7 +172,7 @@ def test_health_503_when_worker_unavailable(model_path, tmp_path) -> None:
             except httpx.HTTPError:
                 pass
             time.sleep(0.1)
-        stop_worker(worker)
+        stop(worker)
         assert httpx.get(url + "/health").status_code == 503
         r = httpx.post(url + "/v1/completions", json={"prompt": "hi", "max_tokens": 2})
         assert r.status_code == 503 and r.json()["error"]["code"] == 503
@@ -190,7 +200,7 @@ def test_concurrent_requests_all_complete(client: openai.OpenAI) -> None:
 def test_killed_launcher_takes_its_children_with_it(model_path, tmp_path) -> None:
     """SIGKILL gives `serve` no chance to stop anyone: the kernel's parent-death signal
     (asked for by each child itself) must."""
-    srv = start_serve(model_path, tmp_path)
+    srv = start("rust", tmp_path, "--max-model-len", "512")
     children = child_pids(srv.proc.pid)
     assert len(children) == 2  # worker and Rust frontend
     srv.proc.kill()
@@ -199,12 +209,3 @@ def test_killed_launcher_takes_its_children_with_it(model_path, tmp_path) -> Non
     while any(running(p) for p in children):
         assert time.monotonic() < deadline, "an orphan outlived its killed launcher"
         time.sleep(0.1)
-
-
-def running(pid: int) -> bool:
-    """Alive and not a zombie waiting for a reaper."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False

@@ -15,7 +15,8 @@ import openai
 import pexpect
 import pytest
 
-from tests.e2e.conftest import API_KEY, Server, metric, start_serve, stop_serve
+from tests.e2e.conftest import API_KEY
+from tests.launch import Server, metric, start, stop
 
 MAX_TOKENS = 8
 FLAGS = ["--api-key", API_KEY, "--temperature", "0", "--max-tokens", str(MAX_TOKENS)]
@@ -23,9 +24,10 @@ FLAGS = ["--api-key", API_KEY, "--temperature", "0", "--max-tokens", str(MAX_TOK
 
 @pytest.fixture(scope="module")
 def server(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = start_serve(model_path, tmp_path_factory.mktemp("chat"), "--api-key", API_KEY)
+    srv = start("rust", tmp_path_factory.mktemp("chat"), "--max-model-len", "512", "--api-key",
+                API_KEY)
     yield srv
-    assert stop_serve(srv) == 0
+    assert stop(srv) == 0
 
 
 def _reply(server: Server, messages: list[dict[str, str]]) -> str:
@@ -53,14 +55,14 @@ def test_chat_in_a_terminal(server: Server) -> None:
         history.append({"role": "user", "content": text})
         sent = system + history
         expected = _reply(server, sent)  # counted too: read the counter after it
-        before = metric(server.url, "hybridllm:prompt_tokens_total")
+        before = metric(server, "hybridllm:prompt_tokens_total")
         child.expect_exact("> ")
         child.sendline(text)
         child.expect_exact(text + "\r\n")  # the terminal's echo of the line
         child.expect_exact(expected.replace("\n", "\r\n") + "\r\n")  # the streamed reply
         history.append({"role": "assistant", "content": expected})
         # exactly this conversation was sent: system prompt, history, the new line
-        after = metric(server.url, "hybridllm:prompt_tokens_total")
+        after = metric(server, "hybridllm:prompt_tokens_total")
         assert after - before == _prompt_tokens(server, sent), text
 
     turn("What is the capital of France?")

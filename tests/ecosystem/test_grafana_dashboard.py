@@ -14,7 +14,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.conftest import API_KEY, Server, start_serve, stop_serve
+from tests.e2e.conftest import API_KEY
+from tests.launch import Server, start, stop
 
 DASHBOARD = Path(__file__).parents[2] / "docs" / "grafana" / "hybridllm.json"
 SERIES = re.compile(r"\b(hybridllm:[a-z0-9_]+)")
@@ -24,8 +25,8 @@ BY = re.compile(r"\bby \(([a-z_, ]+)\)")
 @pytest.fixture(scope="module")
 def exported(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     """Exported series name -> its label names, after a request (so labelled series exist)."""
-    srv: Server = start_serve(model_path, tmp_path_factory.mktemp("grafana"), "--api-key",
-                              API_KEY)
+    srv: Server = start("rust", tmp_path_factory.mktemp("grafana"), "--max-model-len", "512",
+                        "--api-key", API_KEY)
     try:
         auth = {"Authorization": f"Bearer {API_KEY}"}
         r = httpx.post(srv.url + "/v1/completions", headers=auth, timeout=60,
@@ -33,7 +34,7 @@ def exported(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
         assert r.status_code == 200, r.text
         text = httpx.get(srv.url + "/metrics", headers=auth).text
     finally:
-        assert stop_serve(srv) == 0
+        assert stop(srv) == 0
     series: dict[str, set[str]] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:

@@ -19,7 +19,7 @@ from selenium import webdriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from tests.e2e.conftest import Server, start_serve, stop_serve
+from tests.launch import Server, start, stop
 
 ARTIFACTS = Path(os.environ.get("HYBRIDLLM_TEST_ARTIFACTS", "/tmp/hybridllm-test-artifacts"))
 PAGE = Path(__file__).parents[2] / "python/hybridllm/entrypoints/openai/playground.html"
@@ -42,9 +42,9 @@ def browser() -> Iterator[webdriver.Chrome]:
 
 @pytest.fixture(scope="module")
 def server(model_path: Path, tmp_path_factory) -> Iterator[Server]:
-    srv = start_serve(model_path, tmp_path_factory.mktemp("playground"))
+    srv = start("rust", tmp_path_factory.mktemp("playground"), "--max-model-len", "512")
     yield srv
-    assert stop_serve(srv) == 0
+    assert stop(srv) == 0
 
 
 # Records the last reply's length at every change of the page, in the page itself: what the
@@ -105,8 +105,8 @@ def test_chat_streams_and_stops_in_a_browser(browser: webdriver.Chrome, server: 
 
 def test_page_asks_for_the_key(browser: webdriver.Chrome, model_path: Path,
                                tmp_path: Path) -> None:
-    srv = start_serve(model_path, tmp_path, "--api-key", KEY, "--mock-engine",
-                      "--mock-step-ms", "5")
+    srv = start("rust", tmp_path, "--max-model-len", "512", "--api-key", KEY, "--mock-engine",
+                "--mock-step-ms", "5")
     try:
         assert httpx.get(srv.url + "/").status_code == 200  # the page needs no key
         assert httpx.get(srv.url + "/v1/models").status_code == 401
@@ -124,13 +124,11 @@ def test_page_asks_for_the_key(browser: webdriver.Chrome, model_path: Path,
         assert d.find_elements(By.CSS_SELECTOR, ".msg.assistant")[-1].text
         assert not d.find_elements(By.CSS_SELECTOR, ".msg.error")
     finally:
-        assert stop_serve(srv) == 0
+        assert stop(srv) == 0
 
 
 @pytest.mark.parametrize("python", [False, True], ids=["rust", "python"])
 def test_both_frontends_serve_the_page(model_path: Path, tmp_path: Path, python: bool) -> None:
-    from tests.reliability.conftest import start, stop
-
     kind = "python" if python else "rust"
     on = start(kind, tmp_path, "--mock-engine", "--max-model-len", "512")
     off = start(kind, tmp_path, "--mock-engine", "--max-model-len", "512",

@@ -1,29 +1,24 @@
 """Greedy output of LLM.generate equals transformers' generate, token for token, whatever the
-scheduling: prefix caching, chunked prefill under a small budget, forced preemption."""
+scheduling: prefix caching, chunked prefill under a small budget, forced preemption.
+
+transformers' tokens are the `greedy` golden reference (tests/golden); test_live.py recomputes
+one prompt of it in every run."""
 
 from __future__ import annotations
 
 import pytest
-import torch
 
 from hybridllm import LLM, SamplingParams
-from tests.conftest import PROMPTS
-
-MAX_TOKENS = 32
+from tests import golden
+from tests.golden.kinds import GREEDY_MAX_TOKENS as MAX_TOKENS
+from tests.golden.kinds import PROMPTS
 
 
 @pytest.fixture(scope="module")
-def expected(hf_model, tokenizer) -> list[list[int]]:
-    out = []
-    for prompt in PROMPTS:
-        ids = torch.tensor([tokenizer.encode(prompt).ids])
-        with torch.inference_mode():
-            gen = hf_model.generate(
-                ids, attention_mask=torch.ones_like(ids), max_new_tokens=MAX_TOKENS,
-                min_new_tokens=MAX_TOKENS, do_sample=False, pad_token_id=2,
-            )
-        out.append(gen[0, ids.shape[1] :].tolist())
-    return out
+def expected(model_path) -> list[list[int]]:
+    tokens = golden.load("greedy")["tokens"]
+    assert [len(t) for t in tokens] == [MAX_TOKENS] * len(PROMPTS)
+    return tokens
 
 
 CONFIGS = {

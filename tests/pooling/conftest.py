@@ -1,5 +1,5 @@
-"""Fixtures: the bundled embedding model, our LLM over it, and the references (the
-sentence-transformers model and transformers' AutoTokenizer over the same folder)."""
+"""Fixtures: the bundled embedding model, our LLM over it, and transformers'
+AutoTokenizer over the same folder (sentence-transformers' embeddings are a golden reference)."""
 
 from __future__ import annotations
 
@@ -22,16 +22,6 @@ def embed_llm(embed_model_path: Path):
     from hybridllm import LLM
 
     return LLM(model=str(embed_model_path))
-
-
-@pytest.fixture(scope="session")
-def st_model(embed_model_path: Path):
-    import torch
-    from sentence_transformers import SentenceTransformer
-
-    model = SentenceTransformer(str(embed_model_path), device="cpu")
-    assert next(model.parameters()).dtype == torch.float32
-    return model
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,8 @@ import pytest
 import torch
 
 from hybridllm import PoolingParams
+from tests import golden
+from tests.golden.kinds import ST_TRUNCATIONS, decode_embeddings, st_inputs, st_truncation_texts
 from tests.pooling.conftest import MAX_SEQ_LENGTH, reference_ids
 from tests.pooling.corpus import CORPUS
 
@@ -32,9 +34,16 @@ def test_token_ids_match_reference_tokenizer(embed_llm, hf_tokenizer) -> None:
         assert out.prompt_token_ids == ids, text[:60]
 
 
-def test_embeddings_match_sentence_transformers(embed_llm, st_model) -> None:
+@pytest.fixture(scope="module")
+def st_reference() -> dict:
+    """sentence-transformers' embeddings (tests/golden; test_live.py recomputes some)."""
+    return golden.load("st_embeddings")
+
+
+def test_embeddings_match_sentence_transformers(embed_llm, st_reference) -> None:
     ours = _embeddings(embed_llm.embed(CORPUS, truncate_prompt_tokens=-1))
-    ref = st_model.encode(CORPUS, batch_size=32, convert_to_numpy=True).astype(np.float64)
+    assert st_inputs()["corpus"] == CORPUS
+    ref = decode_embeddings(st_reference["corpus"], len(CORPUS))
     assert ours.shape == ref.shape == (len(CORPUS), 384)
     cosines = (ours * ref).sum(1) / (np.linalg.norm(ours, axis=1) * np.linalg.norm(ref, axis=1))
     worst = int(cosines.argmin())
@@ -43,21 +52,16 @@ def test_embeddings_match_sentence_transformers(embed_llm, st_model) -> None:
     assert np.abs(ours - ref).max() < 1e-5
 
 
-@pytest.mark.parametrize("limit", [3, 16, 100])
+@pytest.mark.parametrize("limit", ST_TRUNCATIONS)
 def test_truncate_prompt_tokens_matches_reference(
-    embed_llm, st_model, hf_tokenizer, limit: int
+    embed_llm, st_reference, hf_tokenizer, limit: int
 ) -> None:
-    texts = [CORPUS[15], CORPUS[55], CORPUS[-1], "short one"]
+    texts = st_truncation_texts()
     outputs = embed_llm.embed(texts, pooling_params=PoolingParams(truncate_prompt_tokens=limit))
     assert [o.prompt_token_ids for o in outputs] == reference_ids(hf_tokenizer, texts, limit)
     assert all(len(o.prompt_token_ids) <= limit for o in outputs)
     assert all(o.prompt_token_ids[-1] == 102 for o in outputs)  # [SEP] kept
-    saved = st_model.max_seq_length
-    st_model.max_seq_length = limit
-    try:
-        ref = st_model.encode(texts, convert_to_numpy=True)
-    finally:
-        st_model.max_seq_length = saved
+    ref = decode_embeddings(st_reference["truncated"][str(limit)], len(texts))
     cosines = (_embeddings(outputs) * ref).sum(1)
     assert cosines.min() >= MIN_COSINE
 

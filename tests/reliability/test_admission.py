@@ -14,7 +14,8 @@ import httpx
 import openai
 import pytest
 
-from tests.reliability.conftest import API_KEY, KINDS, Server, start, stop
+from tests.launch import Server, start, stop
+from tests.reliability.conftest import API_KEY, KINDS
 
 RUNNING, WAITING = 2, 3  # --max-num-seqs, --max-waiting-queue-length
 LONG = 300  # tokens of each running request: 300 steps of at least 20 ms

@@ -9,8 +9,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.conftest import process_tree
-from tests.reliability.conftest import API_KEY, KINDS, MOCK, Server, start, stop
+from tests.launch import Server, process_tree, start, stop
+from tests.reliability.conftest import API_KEY, KINDS, MOCK
 from tests.reliability.routes import routes
 
 OPEN = {"/health", "/version", "/"}

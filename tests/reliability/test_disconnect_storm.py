@@ -14,7 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.reliability.conftest import API_KEY, KINDS, Server, start, stop
+from tests.launch import Server, start, stop
+from tests.reliability.conftest import API_KEY, KINDS
 
 STREAMS = 200
 STEP_MS = 20

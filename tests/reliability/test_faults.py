@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -19,47 +17,23 @@ from pathlib import Path
 import httpx
 
 from hybridllm.entrypoints.rust_frontend import bind_listen_socket
-from tests.e2e.conftest import free_port, process_tree
-from tests.reliability.conftest import API_KEY, Server
-from tests.worker.conftest import start_worker
-from tests.worker.conftest import stop as stop_worker
+from tests.launch import Server, metric, process_tree, running, start, stop
+from tests.reliability.conftest import API_KEY
 
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 STREAMS, PLAIN = 3, 2  # in-flight requests of each kind when the worker dies
 BODY = {"prompt": "Count to a thousand:", "max_tokens": 1500, "ignore_eos": True}
 
 
-def _serve(tmp: Path, *flags: str, rust: bool = True) -> Server:
-    port = free_port()
-    log = tmp / f"serve-{port}.log"
-    argv = [sys.executable, "-m", "hybridllm.cli.main", "serve", "--host", "127.0.0.1",
-            "--port", str(port), "--max-model-len", "2048", "--api-key", API_KEY, *flags]
-    if rust:
-        argv.insert(4, "--rust-frontend")
-    proc = subprocess.Popen(argv, stdout=log.open("wb"), stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL)
-    srv = Server("rust" if rust else "python", proc, f"http://127.0.0.1:{port}", log)
-    deadline = time.monotonic() + 180
-    while "hybridllm: serving" not in srv.output():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError(f"serve did not come up:\n{srv.output()[-4000:]}")
-        time.sleep(0.2)
-    return srv
+def _serve(tmp: Path, kind: str = "rust") -> Server:
+    """Serving as far as serve itself knows (its supervision loop is watching), kinds rust or
+    python-grpc (its worker, with the same engine flags, started first)."""
+    return start(kind, tmp, "--max-model-len", "2048", "--api-key", API_KEY, wait="log")
 
 
 def _tree(pid: int) -> list[int]:
     """Every descendant of pid."""
     return process_tree(pid)[1:]
-
-
-def _running(pid: int) -> bool:
-    """Alive and not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def _stream(url: str, started: threading.Event) -> list[str]:
@@ -80,18 +54,13 @@ def _plain(url: str) -> httpx.Response:
     return httpx.post(url + "/v1/completions", headers=AUTH, timeout=60, json=BODY)
 
 
-def _metric(url: str, name: str) -> float:
-    text = httpx.get(url + "/metrics", headers=AUTH, timeout=5).text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith(f"hybridllm:{name}"))
-
-
-def _start_load(pool: ThreadPoolExecutor, url: str) -> tuple[list[Future], list[Future]]:
+def _start_load(pool: ThreadPoolExecutor, srv: Server) -> tuple[list[Future], list[Future]]:
+    url = srv.url
     started = [threading.Event() for _ in range(STREAMS)]
     streams = [pool.submit(_stream, url, e) for e in started]
     plain = [pool.submit(_plain, url) for _ in range(PLAIN)]
     deadline = time.monotonic() + 60
-    while _metric(url, "num_requests_running") < STREAMS + PLAIN:
+    while metric(srv, "hybridllm:num_requests_running") < STREAMS + PLAIN:
         assert time.monotonic() < deadline, "the load never ran"
         time.sleep(0.1)
     for e in started:  # every stream has tokens out: the kill comes mid-stream
@@ -133,7 +102,7 @@ def test_kill9_worker_rust_frontend(model_path: Path, tmp_path: Path) -> None:
         worker = next(p for p in tree if b" worker " in Path(f"/proc/{p}/cmdline")
                       .read_bytes().replace(b"\0", b" "))
         with ThreadPoolExecutor(STREAMS + PLAIN) as pool:
-            streams, plain = _start_load(pool, srv.url)
+            streams, plain = _start_load(pool, srv)
             killed = time.monotonic()
             os.kill(worker, signal.SIGKILL)
             to_503 = _wait_503(srv.url, killed)
@@ -143,18 +112,18 @@ def test_kill9_worker_rust_frontend(model_path: Path, tmp_path: Path) -> None:
         print(f"\nkill -9 of the worker (Rust frontend): /health 503 after {to_503:.3f} s, "
               f"serve exited {code} after {to_exit:.2f} s")
         assert code != 0 and to_503 < 1.0
-        assert not [p for p in tree if _running(p)], "an orphan outlived serve"
+        assert not [p for p in tree if running(p)], "an orphan outlived serve"
     finally:
         srv.proc.kill()
 
 
 def test_kill9_worker_python_frontend(model_path: Path, tmp_path: Path) -> None:
-    worker, address = start_worker(model_path)
-    srv = _serve(tmp_path, "--connect-engine", address, rust=False)
+    srv = _serve(tmp_path, "python-grpc")
+    worker = srv.procs[0]
     tree = _tree(srv.proc.pid)
     try:
         with ThreadPoolExecutor(STREAMS + PLAIN) as pool:
-            streams, plain = _start_load(pool, srv.url)
+            streams, plain = _start_load(pool, srv)
             killed = time.monotonic()
             worker.kill()
             to_503 = _wait_503(srv.url, killed)
@@ -164,10 +133,10 @@ def test_kill9_worker_python_frontend(model_path: Path, tmp_path: Path) -> None:
         print(f"\nkill -9 of the worker (Python frontend): /health 503 after {to_503:.3f} s, "
               f"serve exited {code} after {to_exit:.2f} s")
         assert code != 0 and to_503 < 1.0
-        assert not [p for p in tree if _running(p)], "an orphan outlived serve"
+        assert not [p for p in tree if running(p)], "an orphan outlived serve"
     finally:
         srv.proc.kill()
-        stop_worker(worker)
+        stop(srv)  # the worker
 
 
 def test_kill9_rust_frontend(model_path: Path, tmp_path: Path) -> None:
@@ -183,7 +152,7 @@ def test_kill9_rust_frontend(model_path: Path, tmp_path: Path) -> None:
         print(f"\nkill -9 of the Rust frontend: serve exited {code} after {to_exit:.2f} s")
         assert code != 0
         assert "Rust frontend exited" in srv.output()
-        assert not [p for p in tree if _running(p)], "the worker outlived serve"
+        assert not [p for p in tree if running(p)], "the worker outlived serve"
         # The port is free again: a new server binds it as `serve` does.
         with bind_listen_socket("127.0.0.1", int(srv.url.rsplit(":", 1)[1])) as sock:
             sock.listen(1)

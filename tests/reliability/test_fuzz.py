@@ -15,7 +15,8 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 
-from tests.reliability.conftest import API_KEY, MOCK, Server, start, stop
+from tests.launch import Server, start, stop
+from tests.reliability.conftest import API_KEY, MOCK
 from tests.reliability.routes import routes
 
 DOC = Path(__file__).parents[2] / "python/hybridllm/entrypoints/openai/openapi.json"

@@ -12,7 +12,8 @@ import httpx
 import openai
 import pytest
 
-from tests.reliability.conftest import API_KEY, KINDS, MOCK, Server, start, stop
+from tests.launch import Server, start, stop
+from tests.reliability.conftest import API_KEY, KINDS, MOCK
 
 CAP = 24  # --max-tokens-limit
 BODY_LIMIT = 1_000_000  # --max-request-body-bytes; 100k-deep JSON (200-500 kB) fits

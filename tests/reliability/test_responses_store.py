@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.reliability.conftest import KINDS, MOCK, Server, start, stop
+from tests.launch import Server, start, stop
+from tests.reliability.conftest import KINDS, MOCK
 
 KEY_A, KEY_B = "sk-owner-a", "sk-owner-b"
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import httpx
 
-from tests.reliability.conftest import API_KEY, start
-from tests.reliability.test_faults import _metric, _running, _tree
+from tests.launch import metric, process_tree, running, start
+from tests.reliability.conftest import API_KEY
 
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 TIMEOUT_S = 3.0
@@ -63,7 +63,7 @@ def test_sigterm_drains_then_cuts_with_an_error_event(model_path: Path, tmp_path
     srv = start("rust", tmp_path, "--mock-engine", "--mock-step-ms", "20",
                 "--max-model-len", "4096", "--shutdown-timeout", str(TIMEOUT_S),
                 "--api-key", API_KEY)
-    tree = _tree(srv.proc.pid)
+    tree = process_tree(srv.proc.pid)[1:]
     try:
         with ThreadPoolExecutor(7) as pool:
             events = [threading.Event() for _ in range(5)]
@@ -77,7 +77,7 @@ def test_sigterm_drains_then_cuts_with_an_error_event(model_path: Path, tmp_path
             for e in events:
                 assert e.wait(30), "a stream never started"
             deadline = time.monotonic() + 30
-            while _metric(srv.url, "num_requests_running") < 7:  # the plain ones too
+            while metric(srv, "hybridllm:num_requests_running") < 7:  # the plain ones too
                 assert time.monotonic() < deadline
                 time.sleep(0.02)
             t0 = time.monotonic()
@@ -115,6 +115,6 @@ def test_sigterm_drains_then_cuts_with_an_error_event(model_path: Path, tmp_path
               f"request {new}, long streams cut with an error event after {cut:.2f} s, serve "
               f"exited {code} after {exited:.2f} s")
         assert code == 0
-        assert not [p for p in tree if _running(p)]
+        assert not [p for p in tree if running(p)]
     finally:
         srv.proc.kill()

@@ -12,7 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.reliability.conftest import API_KEY, MOCK, Server, start, stop
+from tests.launch import Server, start, stop
+from tests.reliability.conftest import API_KEY, MOCK
 
 SLOW = 200
 TIMEOUT_S = 2.0

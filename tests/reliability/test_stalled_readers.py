@@ -17,7 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.reliability.conftest import API_KEY, KINDS, MOCK, Server, start, stop
+from tests.launch import Server, start, stop
+from tests.reliability.conftest import API_KEY, KINDS, MOCK
 
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 SEND_TIMEOUT_S = 2.0

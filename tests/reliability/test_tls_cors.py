@@ -11,7 +11,8 @@ import httpx
 import openai
 import pytest
 
-from tests.reliability.conftest import API_KEY, KINDS, MOCK, start, stop
+from tests.launch import start, stop
+from tests.reliability.conftest import API_KEY, KINDS, MOCK
 
 
 def self_signed(tmp: Path) -> tuple[Path, Path]:

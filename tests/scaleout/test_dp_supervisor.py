@@ -20,7 +20,7 @@ import httpx
 import openai
 import pytest
 
-from tests.e2e.conftest import alive, child_pids, free_port, process_tree
+from tests.launch import alive, child_pids, free_port, process_tree, start
 
 INTERVAL, THRESHOLD = 0.5, 3
 Q = [{"role": "user", "content": "What is the capital of France?"}]
@@ -33,14 +33,12 @@ class Supervised:
             self.port = free_port()
             if all(_port_free(self.port + i) for i in (1, 2)):
                 break
-        self.log = tmp / "dp.log"
-        argv = [sys.executable, "-m", "hybridllm.cli.main", "serve", str(model),
-                "--rust-frontend", "--data-parallel-size", "2", "--data-parallel-external-lb",
-                "--host", "127.0.0.1", "--port", str(self.port), "--max-model-len", "256",
-                "--health-probe-interval", str(INTERVAL), "--health-probe-timeout",
-                str(INTERVAL), "--health-failure-threshold", str(THRESHOLD), *extra]
-        self.proc = subprocess.Popen(argv, stdout=self.log.open("wb"),
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        # Waited for by the tests, on the supervisor's aggregated health.
+        server = start("rust", tmp, "--data-parallel-size", "2", "--data-parallel-external-lb",
+                       "--max-model-len", "256", "--health-probe-interval", str(INTERVAL),
+                       "--health-probe-timeout", str(INTERVAL), "--health-failure-threshold",
+                       str(THRESHOLD), *extra, model=model, port=self.port, wait=False)
+        self.proc, self.log = server.proc, server.log
         self.health = f"http://127.0.0.1:{self.port + 2}/health"
 
     def wait_healthy(self) -> dict:

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +21,7 @@ from safetensors.torch import save_file
 
 from hybridllm import LLM, SamplingParams
 from tests.conftest import PROMPTS
-from tests.e2e.conftest import alive, free_port, process_tree, start_serve, stop_serve
+from tests.launch import CLI, alive, free_port, process_tree, spawn, start, stop
 
 MAX_TOKENS = 32
 # A small KV cache per rank: the default (2 GiB) is sized for serving, not for this test.
@@ -126,17 +124,15 @@ def two_nodes(small_model: Path, tmp_path: Path) -> Iterator[tuple]:
               "127.0.0.1", "--master-port", str(port), "--max-num-seqs", "8",
               "--kv-cache-memory", str(32 << 20)]
     log = tmp_path / "node1.log"
-    node1 = subprocess.Popen([sys.executable, "-m", "hybridllm.cli.main", "serve", *common,
-                              "--node-rank", "1", "--headless"],
-                             stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    node1 = spawn([*CLI, "serve", *common, "--node-rank", "1", "--headless"], log)
     try:
-        node0 = start_serve(small_model, tmp_path, *common, "--max-model-len", "256")
+        node0 = start("rust", tmp_path, *common, "--max-model-len", "256")
     except RuntimeError:
         node1.kill()
         raise
     yield node0, node1, log
     if node0.proc.poll() is None:
-        stop_serve(node0)
+        stop(node0)
     if node1.poll() is None:
         node1.kill()
 
@@ -155,7 +151,7 @@ def test_two_nodes_over_loopback(two_nodes, small_reference) -> None:
         assert r.choices[0].text == text
     assert node1.poll() is None
     # Node 0 stopping releases node 1's rank, which exits 0.
-    assert stop_serve(node0) == 0
+    assert stop(node0) == 0
     assert node1.wait(timeout=30) == 0, log.read_text()
 
 

@@ -23,7 +23,8 @@ from hybridllm.entrypoints.engine_client import (
     InProcessEngineClient,
 )
 from hybridllm.proto import engine_pb2 as pb
-from tests.worker.conftest import start_worker, stop
+from tests.launch import start_worker, stop
+from tests.worker.conftest import WORKER_FLAGS
 
 # "Name three rivers of Europe:", sent once to each engine (no prefix-cache hits on either).
 PROMPT_IDS = [5820, 1296, 7626, 282, 1910, 42]
@@ -147,7 +148,8 @@ async def test_in_process_engine_death_ends_requests_with_an_error(
 
 
 async def test_worker_gone_fails_every_running_request(model_path: Path) -> None:
-    proc, address = start_worker(model_path, args=["--mock-engine", "--mock-step-ms", "2"])
+    w = start_worker(model_path, *WORKER_FLAGS, "--mock-engine", "--mock-step-ms", "2")
+    proc, address = w.proc, w.url
     try:
         client = GrpcEngineClient(address)
         await client.wait_ready()
@@ -167,4 +169,4 @@ async def test_worker_gone_fails_every_running_request(model_path: Path) -> None
         assert err.value.code == "UNAVAILABLE"
         await client.close()
     finally:
-        stop(proc)
+        stop(w)

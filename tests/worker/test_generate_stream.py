@@ -11,7 +11,9 @@ from hybridllm import SamplingParams
 from hybridllm.proto import engine_pb2 as pb
 from hybridllm.server.grpc_client import EngineGrpcClient
 from hybridllm.server.proto_convert import sampling_params_to_proto
-from tests.worker.test_grpc_worker import PROMPT_IDS, collect, start_worker, stop
+from tests.launch import start_worker, stop
+from tests.worker.conftest import WORKER_FLAGS
+from tests.worker.test_grpc_worker import PROMPT_IDS, collect
 
 _END = object()
 
@@ -135,7 +137,8 @@ async def test_duplicate_id_on_a_call_is_refused_and_the_first_runs_on(worker: s
 
 
 async def test_engine_fault_ends_every_request_on_the_call(model_path) -> None:
-    proc, address = start_worker(model_path, {"HYBRIDLLM_TEST_FAIL_AT_STEP": "4"})
+    w = start_worker(model_path, *WORKER_FLAGS, env={"HYBRIDLLM_TEST_FAIL_AT_STEP": "4"})
+    proc, address = w.proc, w.url
     try:
         client = EngineGrpcClient(address)
         call = StreamCall(client)
@@ -156,7 +159,7 @@ async def test_engine_fault_ends_every_request_on_the_call(model_path) -> None:
         await client.close()
         assert await asyncio.to_thread(proc.wait, 30) != 0
     finally:
-        stop(proc)
+        stop(w)
 
 
 def test_step_message_leads_with_first_tokens() -> None:

@@ -18,7 +18,8 @@ from hybridllm.proto import engine_pb2 as pb
 from hybridllm.server.engine_mux import EngineCallError
 from hybridllm.server.grpc_client import EngineGrpcClient
 from hybridllm.server.proto_convert import sampling_params_to_proto
-from tests.worker.conftest import start_worker, stop
+from tests.launch import start_worker, stop
+from tests.worker.conftest import WORKER_FLAGS
 
 PROMPT_IDS = [504, 3575, 282, 4649, 314]  # "The capital of France is"
 
@@ -150,7 +151,8 @@ async def test_unset_fields_are_engine_defaults(worker: str) -> None:
 
 
 async def test_engine_fault_turns_unhealthy_and_exits_nonzero(model_path) -> None:
-    proc, address = start_worker(model_path, {"HYBRIDLLM_TEST_FAIL_AT_STEP": "3"})
+    w = start_worker(model_path, *WORKER_FLAGS, env={"HYBRIDLLM_TEST_FAIL_AT_STEP": "3"})
+    proc, address = w.proc, w.url
     try:
         client = EngineGrpcClient(address)
         msgs = [m async for m in generate(
@@ -162,11 +164,12 @@ async def test_engine_fault_turns_unhealthy_and_exits_nonzero(model_path) -> Non
         await client.close()
         assert await asyncio.to_thread(proc.wait, 30) != 0
     finally:
-        stop(proc)
+        stop(w)
 
 
 async def test_sigterm_lets_inflight_finish(model_path) -> None:
-    proc, address = start_worker(model_path, args=["--shutdown-timeout", "30"])
+    w = start_worker(model_path, *WORKER_FLAGS, "--shutdown-timeout", "30")
+    proc, address = w.proc, w.url
     try:
         client = EngineGrpcClient(address)
         params = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)
@@ -180,4 +183,4 @@ async def test_sigterm_lets_inflight_finish(model_path) -> None:
         await client.close()
         assert await asyncio.to_thread(proc.wait, 30) == 0
     finally:
-        stop(proc)
+        stop(w)

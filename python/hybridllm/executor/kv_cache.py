@@ -7,7 +7,7 @@ import itertools
 import torch
 
 from hybridllm.attention import AttentionBackend
-from hybridllm.config import CPU_DEFAULT_KV_CACHE_BYTES, EngineConfig
+from hybridllm.config import EngineConfig, cpu_default_kv_cache_bytes
 from hybridllm.models.llama import LlamaForCausalLM
 from hybridllm.step_types import AttentionMetadata
 
@@ -41,7 +41,7 @@ def kv_budget_bytes(config: EngineConfig, peak_bytes: int | None = None) -> int:
     if args.kv_cache_memory is not None:
         return args.kv_cache_memory
     if config.device.type != "cuda":
-        return CPU_DEFAULT_KV_CACHE_BYTES
+        return cpu_default_kv_cache_bytes()
     free, total = torch.cuda.mem_get_info(config.device)
     used_by_others = total - free - torch.cuda.memory_reserved(config.device)
     peak = torch.cuda.max_memory_allocated(config.device) if peak_bytes is None else peak_bytes

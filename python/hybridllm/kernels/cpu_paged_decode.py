@@ -25,11 +25,19 @@ def load() -> ModuleType | None:
         return None
     from hybridllm.paths import cache_dir
 
-    # One build folder per source location: checkouts side by side (git worktrees) would
-    # otherwise rebuild the shared one in turn, ninja seeing a different source path each time.
-    tag = hashlib.sha1(str(_SOURCE.resolve()).encode()).hexdigest()[:10]
-    build = cache_dir() / "torch_extensions" / f"paged_decode_cpu-{tag}"
+    # One build folder per source *content* (and torch version): every checkout of the same
+    # source (a fresh clone, a git worktree) reuses one build instead of compiling again. The
+    # source is copied into the folder so ninja always sees the same path for it.
+    cflags = ["-O3", "-march=native", "-ffast-math", "-fno-finite-math-only"]
+    code = _SOURCE.read_bytes()
+    tag = hashlib.sha1(code + torch.__version__.encode() + " ".join(cflags).encode())
+    build = cache_dir() / "torch_extensions" / f"paged_decode_cpu-{tag.hexdigest()[:12]}"
     build.mkdir(parents=True, exist_ok=True)
+    source = build / _SOURCE.name
+    if not source.exists() or source.read_bytes() != code:
+        tmp = build / f".{_SOURCE.name}.{os.getpid()}"
+        tmp.write_bytes(code)
+        tmp.replace(source)
     try:
         import ninja  # the build tool torch drives; its PyPI package ships the binary
         from torch.utils.cpp_extension import load as load_extension
@@ -39,10 +47,10 @@ def load() -> ModuleType | None:
 
         return load_extension(
             name="hybridllm_paged_decode_cpu",
-            sources=[str(_SOURCE)],
+            sources=[str(source)],
             # fast-math lets the compiler vectorize exp and the reductions (a few ulps of
             # reordering, checked against the reference); infinities keep their meaning.
-            extra_cflags=["-O3", "-march=native", "-ffast-math", "-fno-finite-math-only"],
+            extra_cflags=cflags,
             build_directory=str(build),
             verbose=False,
         )
