@@ -46,7 +46,11 @@ def test_chat_answers_paris(client: openai.OpenAI) -> None:
 @pytest.mark.parametrize("endpoint", ["chat", "completions"])
 def test_stream_joins_to_non_streamed(client: openai.OpenAI, endpoint: str) -> None:
     kw = dict(model="SmolLM2-135M-Instruct", temperature=0, max_tokens=24)
+    # The same request twice first: the second (compared below) and the streamed one both
+    # find the prompt's full blocks in the prefix cache, so their usage (cached_tokens
+    # included) is comparable whichever test ran before.
     if endpoint == "chat":
+        client.chat.completions.create(messages=CHAT, **kw)
         full = client.chat.completions.create(messages=CHAT, **kw)
         chunks = list(client.chat.completions.create(
             messages=CHAT, stream=True, stream_options={"include_usage": True}, **kw))
@@ -55,6 +59,7 @@ def test_stream_joins_to_non_streamed(client: openai.OpenAI, endpoint: str) -> N
         assert chunks[0].choices[0].delta.role == "assistant"
     else:
         prompt = "The three primary colors are"
+        client.completions.create(prompt=prompt, **kw)
         full = client.completions.create(prompt=prompt, **kw)
         chunks = list(client.completions.create(
             prompt=prompt, stream=True, stream_options={"include_usage": True}, **kw))
