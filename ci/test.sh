@@ -22,16 +22,16 @@ cargo test --release
 
 echo "== python tests"
 # Two parts. The folders whose tests mostly wait (on servers starting and stopping, sockets,
-# timeouts) run on two pytest-xdist workers, each taking whole folders (tests/conftest.py
-# groups them); the folders that compute (in-process engines, the conformance servers) run
-# alone: two torch processes computing at once on 2 cores slowed each other several-fold,
-# the waiting folders together came down from ~430 s to ~290 s (docs/testing.md).
+# timeouts) run on two pytest-xdist workers, each taking whole files in order (so a module's
+# server starts once); the folders that compute (in-process engines, the conformance
+# servers) run alone: two torch processes computing at once on 2 cores slowed each other
+# several-fold (docs/testing.md).
 # HYBRIDLLM_TEST_WORKERS=0 runs the first part serially too.
 WAITING=(tests/reliability tests/scaleout tests/e2e tests/ecosystem)
 pytest_part() {  # a part that a -k filter leaves empty (exit 5) is no failure
   python -m pytest -q -rs "$@" || { rc=$?; [ "$rc" -eq 5 ] || exit "$rc"; }
 }
-pytest_part -n "${HYBRIDLLM_TEST_WORKERS:-2}" --dist loadgroup "${WAITING[@]}" "$@"
+pytest_part -n "${HYBRIDLLM_TEST_WORKERS:-2}" --dist loadfile "${WAITING[@]}" "$@"
 pytest_part "${WAITING[@]/#/--ignore=}" tests "$@"
 
 if [ -x ci/bench_smoke.sh ]; then

@@ -38,11 +38,3 @@ def tokenizer(model_path: Path):
 
     return load_tokenizer(model_path)[0]
 
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (`-n 2 --dist loadgroup`), each top-level test folder runs on one
-    worker, in order, as it does without xdist: its shared servers and engines start once,
-    and its timing-sensitive tests never race a sibling of the same folder."""
-    for item in items:
-        parts = item.path.relative_to(Path(__file__).parent).parts
-        item.add_marker(pytest.mark.xdist_group(parts[0] if len(parts) > 1 else "root"))
