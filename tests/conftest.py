@@ -9,9 +9,6 @@ import pytest
 
 from hybridllm.config import KV_SPACE_ENV
 from hybridllm.models.resolve import resolve_model
-from tests.golden.kinds import PROMPTS
-
-__all__ = ["PROMPTS"]
 
 # A test-sized CPU KV cache (0.5 GiB: 11k tokens of the default model, more than its context)
 # for every engine the suite starts, in-process or as a server process, which inherits the
@@ -37,4 +34,3 @@ def tokenizer(model_path: Path):
     from hybridllm.text.tokenizer import load_tokenizer
 
     return load_tokenizer(model_path)[0]
-

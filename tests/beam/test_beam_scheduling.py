@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from hybridllm import LLM, BeamSearchParams, SamplingParams
-from tests.conftest import PROMPTS
+from tests.golden.kinds import PROMPTS
 
 PARAMS = BeamSearchParams(beam_width=4, max_tokens=16, ignore_eos=True)
 

@@ -17,7 +17,7 @@ import pytest
 from hybridllm import LLM, BeamSearchParams
 from tests.conformance.conftest import API_KEY, ENGINE_FLAGS, MAX_MODEL_LEN, assert_same, parsed
 from tests.conformance.test_errors import assert_same_error
-from tests.conftest import PROMPTS
+from tests.golden.kinds import PROMPTS
 
 C, P = "/v1/chat/completions", "/v1/completions"
 HI = '[{"role":"user","content":"hi"}]'

@@ -20,7 +20,7 @@ import torch
 from safetensors.torch import save_file
 
 from hybridllm import LLM, SamplingParams
-from tests.conftest import PROMPTS
+from tests.golden.kinds import PROMPTS
 from tests.launch import CLI, alive, free_port, process_tree, spawn, start, stop
 
 MAX_TOKENS = 32

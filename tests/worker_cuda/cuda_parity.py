@@ -17,7 +17,7 @@ import torch
 
 from hybridllm import LLM, SamplingParams
 from hybridllm.models.resolve import resolve_model
-from tests.conftest import PROMPTS
+from tests.golden.kinds import PROMPTS
 
 MAX_TOKENS = 32
 GREEDY = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, min_tokens=MAX_TOKENS)
