@@ -51,13 +51,22 @@ fi
   --pyi_out=python proto/engine.proto
 touch python/hybridllm/proto/__init__.py
 
-# The Rust frontend binary and the package (editable). Cargo's cache makes a no-op rebuild fast.
+# The package (editable) with its extension module, hybridllm._api (the API core, built by
+# maturin into python/hybridllm/), then the two binaries beside the venv's interpreter, where
+# the launcher looks first. Cargo's cache makes a no-op rebuild fast.
 # Built with the `release` profile, the one `cargo clippy --release` and `cargo test --release`
 # use, so a fresh machine compiles the dependencies once and a new clone recompiles only the
-# frontend crate; the fat-LTO `dist` profile (pyproject.toml) is for the wheel that ships
-# (`maturin build`), where it takes ~6% off the frontend's CPU per request (docs/testing.md).
-MATURIN_PEP517_ARGS="--profile ${HYBRIDLLM_FRONTEND_PROFILE:-release}" \
+# crates; the fat-LTO `dist` profile is for the wheel that ships (ci/build_wheel.sh), where it
+# takes ~6% off the frontend's CPU per request (docs/testing.md).
+profile=${HYBRIDLLM_FRONTEND_PROFILE:-release}
+MATURIN_PEP517_ARGS="--profile $profile" \
   "$PY" -m pip install -q --no-deps --no-build-isolation -e "$ROOT"
+cargo build -q --profile "$profile" -p hybridllm-frontend --bins
+for bin in hybridllm-frontend hybridllm-loadgen; do
+  # Beside, then renamed over: a frontend still running from the old file keeps it.
+  install -m 755 "$CARGO_TARGET_DIR/$profile/$bin" "$VENV/bin/.$bin.new"
+  mv -f "$VENV/bin/.$bin.new" "$VENV/bin/$bin"
+done
 
 # Convert the bundled default model once.
 "$PY" -c "from hybridllm.models.resolve import resolve_model; resolve_model(None)"

@@ -16,6 +16,7 @@ python ci/count_fallback_lines.py | tail -n 1  # printed: the Python fallback's 
 cargo fmt --all --check
 cargo clippy --release --all-targets -- -D warnings
 python ci/check_rust_modules.py  # no module cycle in the Rust frontend
+python ci/check_rust_modules.py crates/hybridllm-api  # nor in the API core
 
 echo "== rust tests"
 cargo test --release

@@ -2,7 +2,7 @@
 //! `metrics_no_auth`) and CORS preflight needs a key when `api_keys` is set; keys are compared
 //! in constant time.
 //! Neither a key nor the Authorization header is ever logged.
-use crate::errors::ApiError;
+use crate::errors::{ApiError, HttpError};
 use crate::state::AppState;
 use axum::extract::{Request, State};
 use axum::http::Method;
@@ -42,9 +42,9 @@ pub async fn require_key(State(state): State<Arc<AppState>>, req: Request, next:
     if key_ok(keys, header) {
         next.run(req).await
     } else {
-        ApiError::Unauthorized(
+        HttpError(ApiError::Unauthorized(
             "Unauthorized: a valid API key is required (Authorization: Bearer <key>).".into(),
-        )
+        ))
         .into_response()
     }
 }

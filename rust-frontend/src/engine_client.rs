@@ -52,3 +52,39 @@ pub async fn model_info(client: &EngineClient, timeout: Duration) -> anyhow::Res
         }
     }
 }
+
+// The core's validated parameters on the wire: the one place they become protobuf.
+impl From<hybridllm_api::sampling::SamplingParams> for pb::SamplingParams {
+    fn from(p: hybridllm_api::sampling::SamplingParams) -> Self {
+        pb::SamplingParams {
+            n: p.n,
+            temperature: p.temperature,
+            top_p: p.top_p,
+            top_k: p.top_k,
+            min_p: p.min_p,
+            presence_penalty: p.presence_penalty,
+            frequency_penalty: p.frequency_penalty,
+            repetition_penalty: p.repetition_penalty,
+            seed: p.seed,
+            max_tokens: p.max_tokens,
+            min_tokens: p.min_tokens,
+            stop_token_ids: p.stop_token_ids,
+            ignore_eos: p.ignore_eos,
+            logprobs: p.logprobs,
+            prompt_logprobs: p.prompt_logprobs,
+            logit_bias: p.logit_bias,
+        }
+    }
+}
+
+impl From<hybridllm_api::sampling::BeamSearchParams> for pb::BeamSearchParams {
+    fn from(p: hybridllm_api::sampling::BeamSearchParams) -> Self {
+        pb::BeamSearchParams {
+            beam_width: p.beam_width,
+            max_tokens: p.max_tokens,
+            ignore_eos: p.ignore_eos,
+            length_penalty: p.length_penalty,
+            include_stop_str_in_output: p.include_stop_str_in_output,
+        }
+    }
+}

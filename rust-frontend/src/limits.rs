@@ -1,6 +1,6 @@
 //! Request limits checked before any handler runs (the Python frontend's `limits.py` has the
 //! same rules and messages): header fields (431) and the body's content type (415).
-use crate::errors::ApiError;
+use crate::errors::{ApiError, HttpError};
 use axum::extract::Request;
 use axum::http::{header, HeaderMap};
 use axum::middleware::Next;
@@ -29,7 +29,7 @@ pub fn check_headers(headers: &HeaderMap) -> Result<(), ApiError> {
 pub async fn header_limits(req: Request, next: Next) -> Response {
     match check_headers(req.headers()) {
         Ok(()) => next.run(req).await,
-        Err(e) => e.into_response(),
+        Err(e) => HttpError(e).into_response(),
     }
 }
 

@@ -1,9 +1,9 @@
 //! hybridllm-frontend: the OpenAI-compatible HTTP server in front of the engine worker.
 mod auth;
-mod beam_search;
 mod cli;
 mod config;
 mod cors;
+mod devtools;
 mod engine;
 mod engine_client;
 mod engine_mux;
@@ -13,15 +13,12 @@ mod http_server;
 mod limits;
 mod metrics;
 mod openai;
-mod response_store;
 mod routes;
 mod server;
 mod shutdown;
 mod state;
 #[cfg(test)]
 mod testing;
-mod text;
-mod validation;
 
 use clap::Parser;
 
@@ -55,7 +52,7 @@ fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     match cli.command {
         Some(cli::Command::Text(cmd)) => {
-            return match text::devtools::run(cmd) {
+            return match devtools::run(cmd) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("error: {e:#}");

@@ -6,13 +6,13 @@ use crate::config::ServeConfig;
 use crate::engine_client;
 use crate::engine_mux::EngineMux;
 use crate::engine_router::{EngineRouter, Worker};
-use crate::errors::ApiError;
+use crate::errors::{ApiError, HttpError};
 use crate::http_server;
 use crate::metrics::Metrics;
 use crate::openai;
 use crate::state::AppState;
-use crate::text::chat_template::ChatTemplate;
-use crate::text::tokenizer::Tokenizer;
+use hybridllm_api::text::chat_template::ChatTemplate;
+use hybridllm_api::text::tokenizer::Tokenizer;
 use axum::Router;
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,7 +29,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         router = router.route(r.path, r.handler);
     }
     router
-        .fallback(|| async { ApiError::NotFound("Not Found".into()) })
+        .fallback(|| async { HttpError(ApiError::NotFound("Not Found".into())) })
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             crate::auth::require_key,
@@ -110,7 +110,7 @@ pub async fn build_state(args: &ServeArgs) -> anyhow::Result<Arc<AppState>> {
     let max_model_len = config.max_model_len.unwrap_or(info.max_model_len);
     let vocab_size = (info.vocab_size as usize).max(tokenizer.vocab_size());
     tracing::info!(model = %served_names[0], max_model_len, "engine ready");
-    let responses = crate::response_store::ResponseStore::new(config.responses_store_size);
+    let responses = hybridllm_api::response_store::ResponseStore::new(config.responses_store_size);
     let metrics = Metrics::new();
     let workers = clients
         .iter()

@@ -4,9 +4,9 @@ use crate::config::ServeConfig;
 use crate::engine::Engine;
 use crate::engine_client::{pb, EngineClient};
 use crate::metrics::Metrics;
-use crate::response_store::ResponseStore;
-use crate::text::chat_template::ChatTemplate;
-use crate::text::tokenizer::Tokenizer;
+use hybridllm_api::response_store::ResponseStore;
+use hybridllm_api::text::chat_template::ChatTemplate;
+use hybridllm_api::text::tokenizer::Tokenizer;
 use std::sync::Arc;
 
 pub struct AppState {

@@ -6,8 +6,8 @@ use crate::engine_client::pb::{self, FinishReason};
 use crate::metrics::Metrics;
 use crate::openai::text_deltas::GenEvent;
 use crate::state::AppState;
-use crate::text::chat_template::ChatTemplate;
-use crate::text::tokenizer::Tokenizer;
+use hybridllm_api::text::chat_template::ChatTemplate;
+use hybridllm_api::text::tokenizer::Tokenizer;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use futures_util::Stream;
@@ -251,8 +251,8 @@ pub fn prompt_ids() -> Vec<u32> {
 }
 
 /// Validated sampling parameters from request JSON.
-pub fn params(json: serde_json::Value) -> crate::validation::GenParams {
-    let sampling: crate::validation::SamplingRequest = serde_json::from_value(json).unwrap();
+pub fn params(json: serde_json::Value) -> hybridllm_api::validation::GenParams {
+    let sampling: hybridllm_api::validation::SamplingRequest = serde_json::from_value(json).unwrap();
     sampling.validate(None, VOCAB.len()).unwrap()
 }
 
@@ -280,7 +280,7 @@ pub fn state(engine: Arc<FakeEngine>) -> Arc<AppState> {
         max_model_len: 64,
         vocab_size,
         metrics: Metrics::new(),
-        responses: crate::response_store::ResponseStore::new(8),
+        responses: hybridllm_api::response_store::ResponseStore::new(8),
         created: 0,
     })
 }

@@ -5,7 +5,7 @@ use super::response::Usage;
 use super::text_deltas::{Finish, GenEvent};
 use crate::engine_client::pb;
 use crate::errors::ApiError;
-use crate::text::tokenizer::Tokenizer;
+use hybridllm_api::text::tokenizer::Tokenizer;
 use futures_util::{Stream, StreamExt};
 use serde_json::Value;
 

@@ -9,10 +9,10 @@ use super::request::{
 use super::response::{new_id, now, Usage};
 use super::sse::{sse_response, ChunkHead};
 use super::text_deltas::GenEvent;
-use crate::beam_search::beam_params;
-use crate::errors::ApiError;
+use hybridllm_api::beam_search::beam_params;
+use crate::errors::{ApiError, HttpError};
 use crate::state::AppState;
-use crate::validation::{fit_max_tokens, SamplingRequest};
+use hybridllm_api::validation::{fit_max_tokens, SamplingRequest};
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
@@ -63,7 +63,7 @@ struct Delta<'a> {
 pub async fn handle(
     State(state): State<Arc<AppState>>,
     JsonBody(req): JsonBody<ChatRequest>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, HttpError> {
     check_model(&state, &req.model)?;
     check_task(&state, "Chat Completions", false)?;
     let top = match (req.logprobs.unwrap_or(false), req.top_logprobs) {
@@ -71,7 +71,8 @@ pub async fn handle(
             return Err(ApiError::bad_param(
                 "top_logprobs",
                 "top_logprobs requires logprobs to be true.",
-            ))
+            )
+            .into())
         }
         (true, t) => Some(t.unwrap_or(0)),
         (false, _) => None,

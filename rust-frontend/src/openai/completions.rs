@@ -9,11 +9,11 @@ use super::request::{
 use super::response::{new_id, now, Usage};
 use super::sse::{sse_response, ChunkHead};
 use super::text_deltas::GenEvent;
-use crate::beam_search::beam_params;
-use crate::errors::ApiError;
+use hybridllm_api::beam_search::beam_params;
+use crate::errors::{ApiError, HttpError};
 use crate::state::AppState;
-use crate::text::tokenizer::DecodeOpts;
-use crate::validation::{
+use hybridllm_api::text::tokenizer::DecodeOpts;
+use hybridllm_api::validation::{
     fit_max_tokens, unset_max_tokens, SamplingRequest, DEFAULT_COMPLETION_MAX_TOKENS,
 };
 use axum::extract::State;
@@ -90,11 +90,11 @@ struct TextChoice<'a> {
 pub async fn handle(
     State(state): State<Arc<AppState>>,
     JsonBody(req): JsonBody<CompletionRequest>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, HttpError> {
     check_model(&state, &req.model)?;
     check_task(&state, "Completions", false)?;
     if req.suffix.is_some() {
-        return Err(ApiError::bad_param("suffix", "suffix is not supported."));
+        return Err(ApiError::bad_param("suffix", "suffix is not supported.").into());
     }
     let echo = req.echo.unwrap_or(false);
     let stream = req.stream.unwrap_or(false);
@@ -130,7 +130,8 @@ pub async fn handle(
                             "Token id {bad} is out of vocabulary (size {}).",
                             state.vocab_size
                         ),
-                    ));
+                    )
+                    .into());
                 }
                 let text = if echo {
                     state
@@ -144,10 +145,7 @@ pub async fn handle(
             }
         };
         if ids.is_empty() {
-            return Err(ApiError::bad_param(
-                "prompt",
-                "The prompt is empty (0 tokens).",
-            ));
+            return Err(ApiError::bad_param("prompt", "The prompt is empty (0 tokens).").into());
         }
         let max_tokens = fit_max_tokens(ids.len(), params.max_tokens, state.max_model_len, unset)?;
         echoes.push(if echo { text } else { String::new() });

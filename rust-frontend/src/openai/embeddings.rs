@@ -4,7 +4,7 @@
 use super::request::{check_model, check_task, JsonBody, RequestBody};
 use super::response::{new_id, now};
 use crate::engine_client::pb;
-use crate::errors::ApiError;
+use crate::errors::{ApiError, HttpError};
 use crate::state::AppState;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -236,7 +236,7 @@ struct EmbeddingResponse<'a> {
 pub async fn handle(
     State(state): State<Arc<AppState>>,
     JsonBody(req): JsonBody<EmbeddingRequest>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, HttpError> {
     check_model(&state, &req.model)?;
     check_task(&state, "Embeddings", true)?;
     check_options(&state, &req)?;
@@ -273,7 +273,7 @@ pub async fn handle(
             normalize: req.normalize,
         })
         .await
-        .map_err(ApiError::from_status)?;
+        .map_err(crate::errors::from_status)?;
     let base64 = req.encoding_format.as_deref() == Some("base64");
     let data: Vec<Datum> = reply
         .into_iter()

@@ -9,7 +9,7 @@ use crate::engine_client::pb;
 use crate::errors::ApiError;
 use crate::shutdown::SHUTDOWN_CUT;
 use crate::state::AppState;
-use crate::validation::GenParams;
+use hybridllm_api::validation::GenParams;
 use futures_util::{Stream, StreamExt};
 use std::sync::Arc;
 use std::time::Instant;
@@ -66,10 +66,10 @@ pub async fn generate(
     let grpc_req = pb::GenerateRequest {
         request_id: req.request_id.clone(),
         prompt_token_ids: req.prompt_ids.clone(),
-        sampling_params: Some(sampling),
+        sampling_params: Some(sampling.into()),
         beam_search: req.params.beam.map(|mut b| {
             b.max_tokens = req.max_tokens;
-            b
+            b.into()
         }),
     };
     let mut stream = state.engine.generate(grpc_req);
@@ -112,7 +112,7 @@ async fn next_before_deadline(
     stream: &mut crate::engine::ResponseStream,
 ) -> Result<Option<pb::GenerateResponse>, ApiError> {
     tokio::select! {
-        next = stream.next() => next.transpose().map_err(ApiError::from_status),
+        next = stream.next() => next.transpose().map_err(crate::errors::from_status),
         () = crate::shutdown::deadline() => Err(ApiError::Unavailable(SHUTDOWN_CUT.into())),
     }
 }

@@ -1,7 +1,7 @@
 //! Logprob formatting: OpenAI's chat shape (`content: [{token, logprob, bytes, top_logprobs}]`)
 //! and the legacy completions shape (`tokens`, `token_logprobs`, `top_logprobs`, `text_offset`).
 use crate::engine_client::pb;
-use crate::text::tokenizer::Tokenizer;
+use hybridllm_api::text::tokenizer::Tokenizer;
 use serde_json::{json, Map, Value};
 
 /// JSON has no -inf/NaN; vLLM reports -9999.0 for them.

@@ -4,9 +4,9 @@ use super::prompt::{render_prompt, tokenize as encode, TemplateArgs};
 use super::request::{check_model, field_error, FieldError, JsonBody, RequestBody};
 use super::response::new_id;
 use crate::engine_client::pb;
-use crate::errors::ApiError;
+use crate::errors::{ApiError, HttpError};
 use crate::state::AppState;
-use crate::text::tokenizer::DecodeOpts;
+use hybridllm_api::text::tokenizer::DecodeOpts;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -123,15 +123,15 @@ impl RequestBody for TokenizeRequest {
 pub async fn tokenize(
     State(state): State<Arc<AppState>>,
     JsonBody(req): JsonBody<TokenizeRequest>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, HttpError> {
     check_model(&state, &req.model)?;
     let (text, default_special) = match (&req.prompt, &req.messages) {
         (Some(p), None) => (p.clone(), true),
         (None, Some(m)) => (render_prompt(&state, m, &req.template, true)?, false),
         _ => {
-            return Err(ApiError::bad(
-                "Exactly one of `prompt` or `messages` must be given.",
-            ))
+            return Err(
+                ApiError::bad("Exactly one of `prompt` or `messages` must be given.").into(),
+            )
         }
     };
     let tokens = encode(
@@ -157,7 +157,7 @@ impl RequestBody for DetokenizeRequest {}
 pub async fn detokenize(
     State(state): State<Arc<AppState>>,
     JsonBody(req): JsonBody<DetokenizeRequest>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, HttpError> {
     check_model(&state, &req.model)?;
     if let Some(bad) = req.tokens.iter().find(|&&t| t as usize >= state.vocab_size) {
         return Err(ApiError::bad_param(
@@ -166,7 +166,8 @@ pub async fn detokenize(
                 "Token id {bad} is out of vocabulary (size {}).",
                 state.vocab_size
             ),
-        ));
+        )
+        .into());
     }
     let prompt = state
         .tokenizer

@@ -1,6 +1,6 @@
 //! Request intake shared by every endpoint: the JSON body extractor with OpenAI error
 //! bodies, the model-name check and `stream_options`.
-use crate::errors::ApiError;
+use crate::errors::{ApiError, HttpError};
 use crate::state::AppState;
 use axum::extract::{FromRequest, Request};
 use serde::de::DeserializeOwned;
@@ -83,51 +83,53 @@ pub fn field_error<T: DeserializeOwned>(v: &serde_json::Value) -> Option<(String
 pub struct JsonBody<T>(pub T);
 
 impl<T: RequestBody> FromRequest<Arc<AppState>> for JsonBody<T> {
-    type Rejection = ApiError;
+    type Rejection = HttpError;
 
-    async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, ApiError> {
-        crate::limits::check_json_content_type(req.headers())?;
-        let limit = state.config.max_request_body_bytes;
-        let declared = req
-            .headers()
-            .get(axum::http::header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<usize>().ok());
-        if declared.is_some_and(|n| n > limit) {
-            return Err(ApiError::PayloadTooLarge(limit));
-        }
-        let bytes = axum::body::to_bytes(req.into_body(), limit)
-            .await
-            .map_err(|_| ApiError::PayloadTooLarge(limit))?;
-        let value: serde_json::Value = serde_json::from_slice(&bytes)
-            .map_err(|e| ApiError::bad(format!("Invalid JSON body: {e}")))?;
-        let Some(fields) = value.as_object() else {
-            return Err(ApiError::bad(
-                "Invalid request: the body must be a JSON object.",
-            ));
-        };
-        let (path, inner) = match serde_path_to_error::deserialize(&value) {
-            Ok(v) => return Ok(JsonBody(v)),
-            Err(e) => (e.path().to_string(), e.into_inner().to_string()),
-        };
-        // The field first in the body of those mistyped is `param` (the message has the path,
-        // e.g. `stop_token_ids[1]: invalid value: ...`); else serde's error has no field (a
-        // missing one).
-        let field = |p: &str| {
-            let name = p.split(['.', '[']).next().filter(|n| !n.is_empty())?;
-            Some((fields.keys().position(|k| k == name)?, name.to_string()))
-        };
-        let first = T::GROUPS
-            .iter()
-            .filter_map(|read| read(&value))
-            .chain([(path, inner.clone())])
-            .filter_map(|(p, m)| Some((field(&p)?, p, m)))
-            .min_by_key(|((i, _), ..)| *i);
-        Err(match first {
-            Some(((_, name), p, m)) => {
-                ApiError::bad_param(&name, format!("Invalid request: {p}: {m}"))
-            }
-            None => ApiError::bad(format!("Invalid request: {inner}")),
-        })
+    async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, HttpError> {
+        Ok(JsonBody(read_body(req, state).await?))
     }
+}
+
+async fn read_body<T: RequestBody>(req: Request, state: &Arc<AppState>) -> Result<T, ApiError> {
+    crate::limits::check_json_content_type(req.headers())?;
+    let limit = state.config.max_request_body_bytes;
+    let declared = req
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(ApiError::PayloadTooLarge(limit));
+    }
+    let bytes = axum::body::to_bytes(req.into_body(), limit)
+        .await
+        .map_err(|_| ApiError::PayloadTooLarge(limit))?;
+    let value: serde_json::Value = serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::bad(format!("Invalid JSON body: {e}")))?;
+    let Some(fields) = value.as_object() else {
+        return Err(ApiError::bad(
+            "Invalid request: the body must be a JSON object.",
+        ));
+    };
+    let (path, inner) = match serde_path_to_error::deserialize(&value) {
+        Ok(v) => return Ok(v),
+        Err(e) => (e.path().to_string(), e.into_inner().to_string()),
+    };
+    // The field first in the body of those mistyped is `param` (the message has the path,
+    // e.g. `stop_token_ids[1]: invalid value: ...`); else serde's error has no field (a
+    // missing one).
+    let field = |p: &str| {
+        let name = p.split(['.', '[']).next().filter(|n| !n.is_empty())?;
+        Some((fields.keys().position(|k| k == name)?, name.to_string()))
+    };
+    let first = T::GROUPS
+        .iter()
+        .filter_map(|read| read(&value))
+        .chain([(path, inner.clone())])
+        .filter_map(|(p, m)| Some((field(&p)?, p, m)))
+        .min_by_key(|((i, _), ..)| *i);
+    Err(match first {
+        Some(((_, name), p, m)) => ApiError::bad_param(&name, format!("Invalid request: {p}: {m}")),
+        None => ApiError::bad(format!("Invalid request: {inner}")),
+    })
 }

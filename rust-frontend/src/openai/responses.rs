@@ -11,10 +11,10 @@ use super::request::{check_model, check_task, JsonBody};
 use super::response::Usage;
 use super::sse::{sse_events_response, write_named_frame};
 use super::text_deltas::GenEvent;
-use crate::errors::ApiError;
-use crate::response_store::StoredResponse;
+use crate::errors::{ApiError, HttpError};
+use hybridllm_api::response_store::StoredResponse;
 use crate::state::AppState;
-use crate::validation::fit_max_tokens;
+use hybridllm_api::validation::fit_max_tokens;
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
@@ -96,7 +96,7 @@ pub async fn create(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
     JsonBody(req): JsonBody<ResponsesRequest>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, HttpError> {
     check_model(&state, &req.model)?;
     check_task(&state, "Responses", false)?;
     req.check_unsupported()?;
@@ -302,7 +302,7 @@ pub async fn retrieve(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
     Path(id): Path<String>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, HttpError> {
     let r = state
         .responses
         .get(&id, owner(&state, &headers).as_deref())
@@ -326,12 +326,12 @@ pub async fn delete(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
     Path(id): Path<String>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, HttpError> {
     if !state
         .responses
         .remove(&id, owner(&state, &headers).as_deref())
     {
-        return Err(not_found(&id));
+        return Err(not_found(&id).into());
     }
     Ok(axum::Json(json!({"id": id, "object": "response", "deleted": true})).into_response())
 }
@@ -343,7 +343,7 @@ pub async fn input_items(
     headers: HeaderMap,
     Path(id): Path<String>,
     Query(q): Query<HashMap<String, String>>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, HttpError> {
     let r = state
         .responses
         .get(&id, owner(&state, &headers).as_deref())
@@ -356,7 +356,8 @@ pub async fn input_items(
             return Err(ApiError::bad_param(
                 "order",
                 format!("order must be \"asc\" or \"desc\", got {}.", json!(o)),
-            ))
+            )
+            .into())
         }
     }
     let limit = match q.get("limit") {

@@ -4,19 +4,11 @@
 use crate::engine_client::pb::{self, FinishReason};
 use crate::errors::ApiError;
 use crate::state::AppState;
-use crate::text::detokenizer::IncrementalDetokenizer;
-use crate::text::stop::{StopChecker, StopOutcome};
-use crate::validation::GenParams;
-use serde_json::{json, Value};
+use hybridllm_api::validation::GenParams;
+pub use hybridllm_api::sequence_text::Finish;
+use hybridllm_api::sequence_text::{EngineFinish, SequenceText};
 use std::sync::Arc;
 use std::time::Instant;
-
-#[derive(Debug, Clone)]
-pub struct Finish {
-    pub reason: &'static str,
-    /// vLLM's `stop_reason`: the matched stop string, or a stop token id (null for EOS).
-    pub stop_reason: Value,
-}
 
 pub enum GenEvent {
     /// The prompt facts (the first event of a prompt).
@@ -37,17 +29,10 @@ pub struct SeqOutput {
     pub finish: Option<Finish>,
 }
 
-struct Seq {
-    detok: IncrementalDetokenizer,
-    stop: StopChecker,
-    finished: bool,
-}
-
 /// The text state of one request's n sequences.
 pub struct TextDeltas {
     state: Arc<AppState>,
-    seqs: Vec<Seq>,
-    include_stop: bool,
+    seqs: Vec<SequenceText>,
     start: Instant,
     last_token: Option<Instant>,
 }
@@ -56,23 +41,18 @@ impl TextDeltas {
     /// `start`: when the request started, for the time to first token.
     pub fn new(state: Arc<AppState>, prompt_ids: &[u32], p: &GenParams, start: Instant) -> Self {
         let seqs = (0..p.n)
-            .map(|_| Seq {
-                detok: IncrementalDetokenizer::new(prompt_ids, p.decode),
-                stop: StopChecker::new(p.stop.clone(), p.include_stop),
-                finished: false,
-            })
+            .map(|_| SequenceText::new(prompt_ids, p.decode, p.stop.clone(), p.include_stop))
             .collect();
         TextDeltas {
             state,
             seqs,
-            include_stop: p.include_stop,
             start,
             last_token: None,
         }
     }
 
     pub fn all_finished(&self) -> bool {
-        self.seqs.iter().all(|s| s.finished)
+        self.seqs.iter().all(|s| s.finished())
     }
 
     /// The events of one engine response; an error ends the request.
@@ -105,7 +85,7 @@ impl TextDeltas {
             };
             let engine_finish =
                 FinishReason::try_from(d.finish_reason).unwrap_or(FinishReason::Unspecified);
-            if seq.finished {
+            if seq.finished() {
                 continue;
             }
             if engine_finish == FinishReason::Error {
@@ -115,56 +95,17 @@ impl TextDeltas {
                     resp.error.clone()
                 }));
             }
-            // The EOS / stop token that ended the sequence is not part of the text.
-            let mut text_ids: &[u32] = &d.token_ids;
-            if engine_finish == FinishReason::Stop && !self.include_stop {
-                if let (Some(stop_id), Some(last)) = (d.stop_token_id, d.token_ids.last()) {
-                    if *last == stop_id {
-                        text_ids = &d.token_ids[..d.token_ids.len() - 1];
-                    }
-                }
-            }
-            let mut text = seq.detok.push(&tok, text_ids).map_err(ApiError::Internal)?;
-            if engine_finish != FinishReason::Unspecified {
-                text.push_str(&seq.detok.flush(&tok).map_err(ApiError::Internal)?);
-            }
-            let mut finish = None;
-            match seq.stop.push(&text) {
-                StopOutcome::Continue(t) => text = t,
-                StopOutcome::Stopped(t, s) => {
-                    text = t;
-                    finish = Some(Finish {
-                        reason: "stop",
-                        stop_reason: json!(s),
-                    });
-                }
-            }
-            if finish.is_none() && engine_finish != FinishReason::Unspecified {
-                text.push_str(&seq.stop.flush());
-                finish = Some(match engine_finish {
-                    FinishReason::Length => Finish {
-                        reason: "length",
-                        stop_reason: Value::Null,
-                    },
-                    FinishReason::Abort => Finish {
-                        reason: "abort",
-                        stop_reason: Value::Null,
-                    },
-                    _ => {
-                        let eos = &self.state.model_info.eos_token_ids;
-                        let sr = match d.stop_token_id {
-                            Some(id) if !eos.contains(&id) => json!(id),
-                            _ => Value::Null,
-                        };
-                        Finish {
-                            reason: "stop",
-                            stop_reason: sr,
-                        }
-                    }
-                });
-            }
+            let engine = match engine_finish {
+                FinishReason::Unspecified => EngineFinish::Running,
+                FinishReason::Length => EngineFinish::Length,
+                FinishReason::Abort => EngineFinish::Abort,
+                _ => EngineFinish::Stop,
+            };
+            let eos = &self.state.model_info.eos_token_ids;
+            let (text, finish) = seq
+                .push(&tok, &d.token_ids, engine, d.stop_token_id, eos)
+                .map_err(ApiError::Internal)?;
             if let Some(f) = &finish {
-                seq.finished = true;
                 self.state
                     .metrics
                     .request_success

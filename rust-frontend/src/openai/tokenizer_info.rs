@@ -1,7 +1,7 @@
 //! GET /tokenizer_info, vLLM's: the tokenizer's configuration as its tokenizer_config.json
 //! holds it (what transformers keeps as `init_kwargs`), special tokens as plain strings, the
 //! added-token table left out, with the chat template and context window this server uses.
-use crate::errors::ApiError;
+use crate::errors::{ApiError, HttpError};
 use crate::state::AppState;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -42,7 +42,7 @@ async fn template(state: &AppState) -> Result<String, ApiError> {
     }
 }
 
-pub async fn tokenizer_info(State(state): State<Arc<AppState>>) -> Result<Response, ApiError> {
+pub async fn tokenizer_info(State(state): State<Arc<AppState>>) -> Result<Response, HttpError> {
     let info = &state.model_info;
     let tok_path = state
         .config

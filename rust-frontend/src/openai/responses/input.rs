@@ -1,7 +1,7 @@
 //! The `/v1/responses` request: its fields, those served only in their text-only form, and
 //! its input items read into stored items and chat messages.
 use crate::errors::ApiError;
-use crate::validation::SamplingRequest;
+use hybridllm_api::validation::SamplingRequest;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 

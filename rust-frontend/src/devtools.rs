@@ -1,9 +1,9 @@
 //! Hidden `text` subcommands: the frontend's text pipeline driven from stdin/stdout JSON, so
 //! Python tests can compare it against transformers/tokenizers without a running server.
 use crate::cli::TextCmd;
-use crate::text::chat_template::{ChatTemplate, RenderInput};
-use crate::text::detokenizer::IncrementalDetokenizer;
-use crate::text::tokenizer::{DecodeOpts, Tokenizer};
+use hybridllm_api::text::chat_template::{ChatTemplate, RenderInput};
+use hybridllm_api::text::detokenizer::IncrementalDetokenizer;
+use hybridllm_api::text::tokenizer::{DecodeOpts, Tokenizer};
 use serde_json::{json, Value};
 use std::io::Read;
 

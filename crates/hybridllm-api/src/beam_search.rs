@@ -1,8 +1,8 @@
 //! vLLM's `use_beam_search` extension of /v1/completions and /v1/chat/completions: `n` is
 //! the beam width, the engine returns the `n` best beams in score order, each detokenized
 //! here like any other choice. Bad combinations are a 400 naming the field.
-use crate::engine_client::pb;
 use crate::errors::ApiError;
+use crate::sampling::BeamSearchParams;
 use crate::validation::SamplingRequest;
 
 /// The beam-search parameters of a request, or None when it does not ask for beam search.
@@ -15,7 +15,7 @@ pub fn beam_params(
     logprobs: Option<i64>,
     max_beam_width: u32,
     max_num_seqs: u32,
-) -> Result<Option<pb::BeamSearchParams>, ApiError> {
+) -> Result<Option<BeamSearchParams>, ApiError> {
     if !req.use_beam_search.unwrap_or(false) {
         return Ok(None);
     }
@@ -64,7 +64,7 @@ pub fn beam_params(
             format!("length_penalty must be a finite number, got {length_penalty}."),
         ));
     }
-    Ok(Some(pb::BeamSearchParams {
+    Ok(Some(BeamSearchParams {
         beam_width: n as u32,
         max_tokens: 0,
         ignore_eos: req.ignore_eos.unwrap_or(false),

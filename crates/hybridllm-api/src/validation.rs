@@ -1,7 +1,7 @@
 //! Sampling-parameter validation shared by chat and completions: every out-of-range value is
 //! a 400 naming the field and its limit, before anything reaches the worker.
-use crate::engine_client::pb;
 use crate::errors::ApiError;
+use crate::sampling::{BeamSearchParams, SamplingParams};
 use crate::text::tokenizer::DecodeOpts;
 use serde::Deserialize;
 use serde_json::Value as Json;
@@ -38,7 +38,7 @@ pub struct SamplingRequest {
 /// Validated parameters; `max_tokens` is finalised once the prompt length is known.
 #[derive(Debug, Clone)]
 pub struct GenParams {
-    pub sampling: pb::SamplingParams,
+    pub sampling: SamplingParams,
     pub n: u32,
     pub max_tokens: Option<u32>,
     pub stop: Vec<String>,
@@ -47,7 +47,7 @@ pub struct GenParams {
     /// Top-k logprobs per generated token (Some(0): only the sampled token's).
     pub logprobs: Option<u32>,
     /// A beam search (`use_beam_search`): its parameters; `sampling` then goes unused.
-    pub beam: Option<pb::BeamSearchParams>,
+    pub beam: Option<BeamSearchParams>,
 }
 
 pub const MAX_LOGPROBS: i64 = 20;
@@ -217,7 +217,7 @@ impl SamplingRequest {
                 ));
             }
         }
-        let sampling = pb::SamplingParams {
+        let sampling = SamplingParams {
             n: Some(n as u32),
             temperature,
             top_p,

@@ -1,0 +1,13 @@
+//! hybridllm's OpenAI layer, written once: what a request may ask for (validation into
+//! validated parameters), the typed errors and their bodies, prompts (chat templates,
+//! tokenization) and text (incremental detokenization, stop strings). No I/O: the Rust
+//! frontend (axum, tonic) and the Python fallback (through the `hybridllm-py` extension)
+//! are shells around it.
+pub mod beam_search;
+pub mod errors;
+pub mod prompt;
+pub mod response_store;
+pub mod sampling;
+pub mod sequence_text;
+pub mod text;
+pub mod validation;
