@@ -1,7 +1,6 @@
 //! Command line. The Python launcher passes `--listen-fd` (a socket it bound) and
 //! `--args-json`; run alone, `--host/--port` make the binary bind itself.
 use clap::{Parser, Subcommand};
-use std::path::PathBuf;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -60,37 +59,7 @@ impl ServeArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Developer tools for the text pipeline (used by tests).
-    #[command(subcommand, hide = true)]
-    Text(TextCmd),
     /// Print the route table the router is built from, one JSON object per line.
     #[command(hide = true)]
     Routes,
-}
-
-#[derive(Subcommand, Debug)]
-pub enum TextCmd {
-    /// Render chat(s): stdin is a RenderInput object or a list; stdout a JSON list of
-    /// {"prompt"} / {"error"}. A template that does not compile exits non-zero.
-    RenderChat {
-        #[arg(long)]
-        template: PathBuf,
-    },
-    /// stdin: JSON list of strings; stdout: JSON list of id lists.
-    Tokenize {
-        #[arg(long)]
-        tokenizer: PathBuf,
-        #[arg(long)]
-        add_special_tokens: bool,
-    },
-    /// stdin: JSON list of id lists; stdout: per list the incremental deltas (one per
-    /// token), the flushed tail and the one-shot decode.
-    DecodePrefixes {
-        #[arg(long)]
-        tokenizer: PathBuf,
-        #[arg(long)]
-        keep_special_tokens: bool,
-        #[arg(long)]
-        no_spaces_between_special_tokens: bool,
-    },
 }

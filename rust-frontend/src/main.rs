@@ -3,7 +3,6 @@ mod auth;
 mod cli;
 mod config;
 mod cors;
-mod devtools;
 mod engine;
 mod engine_client;
 mod engine_mux;
@@ -51,15 +50,6 @@ fn main() -> ExitCode {
     exit_with_launcher();
     let cli = cli::Cli::parse();
     match cli.command {
-        Some(cli::Command::Text(cmd)) => {
-            return match devtools::run(cmd) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("error: {e:#}");
-                    ExitCode::from(2)
-                }
-            };
-        }
         Some(cli::Command::Routes) => {
             routes::print();
             return ExitCode::SUCCESS;

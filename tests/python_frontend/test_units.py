@@ -16,8 +16,8 @@ from hybridllm.entrypoints.openai.protocol import (
     parse_body,
 )
 from hybridllm.entrypoints.openai.validation import _num, validate
-from hybridllm.text.chat_template import InvalidMessagesError, render_chat
-from hybridllm.text.stop import StopChecker
+from hybridllm import _api
+from hybridllm.text.chat_template import ChatTemplateError, render_chat
 
 HI = [{"role": "user", "content": "hi"}]
 
@@ -91,14 +91,36 @@ def test_chat_rendering_shared_with_llm_chat() -> None:
     assert render_chat(source, parts) == "<user>a\nb<assistant>The answer is"
     assert render_chat(source, parts, continue_final_message=True) == \
         "<user>a\nb<assistant>The answer is"
-    with pytest.raises(InvalidMessagesError, match="messages\\[0\\] must be an object"):
+    with pytest.raises(ChatTemplateError, match="messages\\[0\\] must be an object") as e:
         render_chat(source, [5])
+    assert e.value.param == "messages"
 
 
-def test_stop_checker_like_rust() -> None:
-    c = StopChecker(["STOP"], False)
-    assert [c.push(d) for d in ["Hello S", "T", "OP and more"]] == \
-        [("Hello ", None), ("", None), ("", "STOP")]
-    c = StopChecker(["世界", "b"], False)
-    assert c.push("你好世") == ("你好", None)
-    assert c.push("界 b") == ("", "世界")
+def test_sequence_text_finish_reasons() -> None:
+    """The core's per-sequence text, as the fallback and the offline engine call it: a stop
+    string is cut and reported, a stop token id is reported (EOS is not), and text held back
+    for a possible stop string comes out when the sequence ends for its length."""
+    tok = _api.Tokenizer.from_str(_word_tokenizer(["Hello", " S", "T", "OP", " more", "</s>"]))
+    s = _api.SequenceText([], ["STOP"], False)
+    assert [s.push(tok, [i]) for i in (0, 1, 2)] == [("Hello", None, None), (" ", None, None),
+                                                     ("", None, None)]  # "ST" held back
+    assert s.push(tok, [3]) == ("", "stop", "STOP") and s.finished
+    s = _api.SequenceText([], ["STOP"], False)
+    assert s.push(tok, [0, 1, 2], "length") == ("Hello ST", "length", None)
+    s = _api.SequenceText([], [], False)
+    assert s.push(tok, [0, 5], "stop", 5, [5]) == ("Hello", "stop", None)  # EOS: no reason
+    s = _api.SequenceText([], [], False)
+    assert s.push(tok, [0, 4], "stop", 4, [5]) == ("Hello", "stop", 4)  # a stop token id
+    with pytest.raises(ValueError, match="engine_finish must be"):
+        s.push(tok, [0], "done")
+
+
+def _word_tokenizer(words: list[str]) -> str:
+    """A tokenizer.json whose tokens are whole words (decoded by plain concatenation)."""
+    return orjson.dumps({
+        "version": "1.0", "truncation": None, "padding": None, "normalizer": None,
+        "added_tokens": [], "pre_tokenizer": None, "post_processor": None,
+        "decoder": {"type": "Fuse"},
+        "model": {"type": "WordLevel", "vocab": {w: i for i, w in enumerate(words)},
+                  "unk_token": words[0]},
+    }).decode()

@@ -16,11 +16,13 @@ create_exception!(
     _api,
     ApiError,
     PyException,
-    "A refusal of the API: args are (status, body), the HTTP status and the JSON error body."
+    "A refusal of the API: args are (status, body, headers): the HTTP status, the JSON error \
+     body and the headers that kind of refusal carries, as the Rust frontend answers it."
 );
 
 fn api_error(e: CoreError) -> PyErr {
-    ApiError::new_err((e.status().as_u16(), e.body().to_string()))
+    let headers: Vec<(&str, &str)> = e.header().into_iter().collect();
+    ApiError::new_err((e.status().as_u16(), e.body().to_string(), headers))
 }
 
 fn parse_json(what: &str, text: &str) -> PyResult<Value> {
@@ -98,6 +100,16 @@ impl ChatTemplate {
     fn new(source: &str) -> PyResult<Self> {
         CoreTemplate::compile(source)
             .map(|inner| ChatTemplate { inner })
+            .map_err(PyValueError::new_err)
+    }
+
+    /// Renders prepared messages as they are (no request rules): `input` is the JSON text of
+    /// {messages, tools, documents, add_generation_prompt, continue_final_message, bos_token,
+    /// eos_token, kwargs}. Raises ValueError with the template's own error.
+    fn render(&self, py: Python<'_>, input: &str) -> PyResult<String> {
+        let input = serde_json::from_value(parse_json("input", input)?)
+            .map_err(|e| PyValueError::new_err(format!("input: {e}")))?;
+        py.detach(|| self.inner.render(&input))
             .map_err(PyValueError::new_err)
     }
 }

@@ -1,33 +1,40 @@
 """From sequence state to RequestOutput, with text and stop strings when the engine owns text.
 
-The offline `LLM` uses the same detokenizer and stop-string rules as both HTTP frontends
-(hybridllm.text), so its text equals theirs. The gRPC worker runs with detokenize=False: there
-the frontend owns text and stop strings.
+The offline `LLM` uses the API core's detokenizer and stop strings (`hybridllm._api`), the
+code both HTTP frontends run, so its text equals theirs. The gRPC worker runs with
+detokenize=False: there the frontend owns text and stop strings.
 """
 
 from __future__ import annotations
 
 from tokenizers import Tokenizer as HfTokenizer
 
+from hybridllm import _api
 from hybridllm.outputs import CompletionOutput, RequestOutput, TokenIdsView
 from hybridllm.sequence import Request, Sequence
-from hybridllm.text.sequence_text import SequenceText
-from hybridllm.text.tokenizer import DecodeOpts, Tokenizer
 
 
-class _TextState(SequenceText):
+class _TextState:
     def __init__(self, seq: Sequence) -> None:
         p = seq.params
-        opts = DecodeOpts(p.skip_special_tokens, p.spaces_between_special_tokens)
-        super().__init__(seq.request.prompt_token_ids, opts, list(p.stop),
-                         p.include_stop_str_in_output)
+        self.seq_text = _api.SequenceText(
+            seq.request.prompt_token_ids, list(p.stop), p.include_stop_str_in_output,
+            p.skip_special_tokens, p.spaces_between_special_tokens)
         self.text = ""
         self.num_seen = 0
+
+    def push(self, tok: _api.Tokenizer, ids: list[int], last: bool) -> tuple[str, str | None]:
+        """The text `ids` add, and the stop string matched in it if any. `last`: the sequence
+        ends with them (the engine has already cut a stop token), so what was held back comes
+        out too, up to a match."""
+        text, _, stop_reason = self.seq_text.push(tok, ids, "stop" if last else None)
+        return text, stop_reason if isinstance(stop_reason, str) else None
 
 
 class OutputProcessor:
     def __init__(self, tokenizer: HfTokenizer, detokenize: bool) -> None:
-        self.tokenizer = Tokenizer(tokenizer)
+        # The worker leaves text to the frontend: it needs no decoding tokenizer.
+        self.tokenizer = _api.Tokenizer.from_str(tokenizer.to_str()) if detokenize else None
         self.detokenize = detokenize
         self._text: dict[int, _TextState] = {}
 

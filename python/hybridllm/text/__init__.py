@@ -1,4 +1,3 @@
-"""Text handling in Python: tokenizer, chat template, incremental detokenization, stop strings.
-
-Mirrors the Rust frontend's `text` module rule for rule; the conformance suite keeps them equal.
-"""
+"""Text in Python: the engine's tokenizer (`tokenizers`), chat prompts through the API core,
+and encoder-input truncation. Detokenization and stop strings are the core's
+(`hybridllm._api.SequenceText`), as in the Rust frontend."""

@@ -19,7 +19,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
+from tokenizers import Tokenizer as HfTokenizer
 
+from hybridllm import _api
 from hybridllm.entrypoints.engine_client import EngineClient
 from hybridllm.entrypoints.engine_watchdog import EngineWatchdog
 from hybridllm.entrypoints.openai import (
@@ -37,8 +39,7 @@ from hybridllm.entrypoints.openai.metrics import Metrics
 from hybridllm.entrypoints.openai.responses_store import ResponseStore
 from hybridllm.entrypoints.openai.state import AppState
 from hybridllm.entrypoints.rust_frontend import ServeOptions, bind_listen_socket, frontend_options
-from hybridllm.text.chat_template import compile_template
-from hybridllm.text.tokenizer import Tokenizer
+from hybridllm.text.chat_template import ChatTemplateError, compile_template
 
 logger = logging.getLogger("hybridllm.frontend")
 OPEN_PATHS = ("/health", "/version")
@@ -69,19 +70,25 @@ class AuthMiddleware:
 async def build_state(engine: EngineClient, options: ServeOptions) -> AppState:
     """Everything that can fail before serving fails here, with a clear message."""
     info = await engine.wait_ready()
-    tokenizer = Tokenizer(options.tokenizer_path or info.tokenizer_path)
-    template = info.chat_template or None
+    tokenizer_path = options.tokenizer_path or info.tokenizer_path
+    tokenizer = _api.Tokenizer.from_file(tokenizer_path)
+    encoder = HfTokenizer.from_file(tokenizer_path)
+    encoder.no_padding()  # as the core's: the server applies the model's limits, never pads
+    encoder.no_truncation()
+    source = info.chat_template or None
     if options.chat_template is not None:
         try:
-            template = Path(options.chat_template).read_text()
+            source = Path(options.chat_template).read_text()
         except OSError as e:
             raise RuntimeError(f"cannot read chat template {options.chat_template}: {e}") from e
-    if template is not None:
-        compile_template(template)  # a broken one must fail at start-up
+    try:  # a broken one must fail at start-up
+        template = compile_template(source) if source is not None else None
+    except ChatTemplateError as e:
+        raise RuntimeError(str(e)) from None
     names = list(options.served_model_name) or [info.served_model_name or info.model_path]
     max_model_len = options.max_model_len or info.max_model_len
     state = AppState(
-        options=options, engine=engine, tokenizer=tokenizer, template=template,
+        options=options, engine=engine, tokenizer=tokenizer, encoder=encoder, template=template,
         model_info=info, served_names=names, max_model_len=max_model_len,
         vocab_size=max(info.vocab_size, tokenizer.vocab_size()), metrics=Metrics(),
         responses=ResponseStore(options.responses_store_size),
@@ -114,6 +121,11 @@ def build_app(engine: EngineClient, opts: ServeOptions | None = None,
     @app.exception_handler(ApiError)
     async def api_error(request: Request, e: ApiError) -> Response:
         return e.response()
+
+    @app.exception_handler(_api.ApiError)
+    async def core_error(request: Request, e: _api.ApiError) -> Response:
+        status, body, headers = e.args
+        return Response(body, status, dict(headers), media_type="application/json")
 
     @app.exception_handler(ClientDisconnected)
     async def hung_up(request: Request, e: ClientDisconnected) -> Response:

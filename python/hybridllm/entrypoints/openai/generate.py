@@ -11,16 +11,18 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from hybridllm._api import SequenceText
 from hybridllm.entrypoints.engine_client import EngineCallError
 from hybridllm.entrypoints.openai.errors import from_engine, internal
 from hybridllm.entrypoints.openai.state import AppState
 from hybridllm.entrypoints.openai.validation import GenParams
 from hybridllm.proto import engine_pb2 as pb
-from hybridllm.text.sequence_text import SequenceText
 
 logger = logging.getLogger("hybridllm.frontend")
 _RUNNING = pb.FINISH_REASON_UNSPECIFIED
-_REASONS = {pb.FINISH_REASON_LENGTH: "length", pb.FINISH_REASON_ABORT: "abort"}
+# The engine's word on a sequence, as the core's SequenceText takes it.
+_ENGINE_FINISH = {_RUNNING: None, pb.FINISH_REASON_STOP: "stop",
+                  pb.FINISH_REASON_LENGTH: "length", pb.FINISH_REASON_ABORT: "abort"}
 
 
 @dataclass
@@ -61,7 +63,8 @@ class GenStream:
                         "prompt_ids=%s", req.request_id, len(req.prompt_ids), req.max_tokens, n,
                         req.prompt_ids[: state.options.max_log_len])
         self.state, self.req, self.start, self.last_token = state, req, time.monotonic(), None
-        self.texts = [SequenceText(req.prompt_ids, p.decode, p.stop, p.include_stop)
+        self.texts = [SequenceText(req.prompt_ids, p.stop, p.include_stop,
+                                   p.skip_special_tokens, p.spaces_between_special_tokens)
                       for _ in range(n)]
         self.finished, self.engine_finished = [False] * n, [False] * n
         state.metrics.in_flight.inc()
@@ -109,23 +112,15 @@ class GenStream:
                 continue
             if ef == pb.FINISH_REASON_ERROR:
                 raise internal(resp.error or "engine error")
-            ids = list(d.token_ids)
             stop_id = d.stop_token_id if d.HasField("stop_token_id") else None
-            # The EOS / stop token that ended the sequence is not part of the text.
-            drop_last = (ef == pb.FINISH_REASON_STOP and not self.req.params.include_stop
-                         and stop_id is not None and ids and ids[-1] == stop_id)
-            text, matched = self.texts[i].push(tok, ids[:-1] if drop_last else ids,
-                                               ef != _RUNNING)
-            finish = Finish("stop", matched) if matched is not None else None
-            if finish is None and ef in _REASONS:
-                finish = Finish(_REASONS[ef])
-            elif finish is None and ef != _RUNNING:  # a stop token id is reported, EOS is not
-                finish = Finish("stop", None if stop_id in st.model_info.eos_token_ids
-                                else stop_id)
+            text, reason, stop_reason = self.texts[i].push(
+                tok, d.token_ids, _ENGINE_FINISH.get(ef, "stop"), stop_id,
+                st.model_info.eos_token_ids)
+            finish = Finish(reason, stop_reason) if reason is not None else None
             if finish is not None:
                 self.finished[i] = True
                 st.metrics.request_success.labels(finish.reason).inc()
-            events.append(Output(i, text, len(ids), list(d.logprobs), finish))
+            events.append(Output(i, text, len(d.token_ids), list(d.logprobs), finish))
         return events
 
     async def events(self) -> AsyncIterator[Event]:

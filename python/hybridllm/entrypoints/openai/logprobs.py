@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from hybridllm._api import Tokenizer
 from hybridllm.proto import engine_pb2 as pb
-from hybridllm.text.tokenizer import Tokenizer
 
 
 def finite(x: float) -> float:

@@ -104,7 +104,7 @@ def check_options(state: AppState, req: EmbeddingRequest) -> None:
 def token_ids(state: AppState, inputs: list[str | list[int]], limit: int | None,
               special: bool) -> list[list[int]]:
     """Each input's ids as the engine gets them: tokenized, cut to `limit` keeping [CLS]/[SEP]."""
-    tok = state.tokenizer.inner
+    tok = state.encoder
     out: list[list[int]] = [[] for _ in inputs]
     texts = [i for i, x in enumerate(inputs) if isinstance(x, str)]
     if texts:

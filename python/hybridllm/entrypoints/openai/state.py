@@ -7,22 +7,24 @@ import uuid
 from dataclasses import dataclass, field
 
 from starlette.requests import Request
+from tokenizers import Tokenizer as HfTokenizer
 
+from hybridllm import _api
 from hybridllm.entrypoints.engine_client import EngineClient
 from hybridllm.entrypoints.openai.errors import ApiError
 from hybridllm.entrypoints.openai.metrics import Metrics
 from hybridllm.entrypoints.openai.responses_store import ResponseStore
 from hybridllm.entrypoints.rust_frontend import ServeOptions
 from hybridllm.proto import engine_pb2 as pb
-from hybridllm.text.tokenizer import Tokenizer
 
 
 @dataclass
 class AppState:
     options: ServeOptions
     engine: EngineClient
-    tokenizer: Tokenizer
-    template: str | None  # chat template source
+    tokenizer: _api.Tokenizer  # the core's: prompts and text, as the Rust frontend's
+    encoder: HfTokenizer  # the same file through `tokenizers`: batch-encodes embedding inputs
+    template: _api.ChatTemplate | None
     model_info: pb.ModelInfo
     served_names: list[str]
     max_model_len: int

@@ -13,7 +13,6 @@ from hybridllm.entrypoints.generate.beam_search.online import BeamSearchRequestE
 from hybridllm.entrypoints.openai.errors import bad
 from hybridllm.entrypoints.openai.protocol import SamplingRequest
 from hybridllm.proto import engine_pb2 as pb
-from hybridllm.text.tokenizer import DecodeOpts
 
 MAX_LOGPROBS = 20
 DEFAULT_COMPLETION_MAX_TOKENS = 16  # /v1/completions without max_tokens (OpenAI, vLLM)
@@ -28,7 +27,8 @@ class GenParams:
     max_tokens: int | None
     stop: list[str] = field(default_factory=list)
     include_stop: bool = False
-    decode: DecodeOpts = DecodeOpts()
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
     logprobs: int | None = None  # top-k per generated token (0: only the sampled one)
     beam: pb.BeamSearchParams | None = None  # use_beam_search: `sampling` goes unused
 
@@ -94,10 +94,9 @@ def validate(req: SamplingRequest, logprobs: int | None, vocab_size: int) -> Gen
     stop = [] if req.stop is None else [req.stop] if isinstance(req.stop, str) else req.stop
     if not isinstance(stop, list) or not all(isinstance(x, str) for x in stop):
         raise bad("stop must be a string or a list of strings.", "stop")
-    decode = DecodeOpts(req.skip_special_tokens is not False,
-                        req.spaces_between_special_tokens is not False)
-    return GenParams(sampling, n, max_tokens, stop,
-                     bool(req.include_stop_str_in_output), decode, logprobs)
+    return GenParams(sampling, n, max_tokens, stop, bool(req.include_stop_str_in_output),
+                     req.skip_special_tokens is not False,
+                     req.spaces_between_special_tokens is not False, logprobs)
 
 
 def check_max_tokens_limit(req: SamplingRequest, limit: int | None) -> None:

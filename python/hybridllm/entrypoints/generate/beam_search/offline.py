@@ -14,7 +14,6 @@ from hybridllm.entrypoints.generate.beam_search.utils import (
 )
 from hybridllm.entrypoints.offline_loop import run_to_completion
 from hybridllm.sampling_params import BeamSearchParams
-from hybridllm.text.tokenizer import DecodeOpts, Tokenizer
 
 BeamPrompt = str | list[int] | dict[str, Any]
 
@@ -62,13 +61,13 @@ class BeamSearchOfflineMixin:
             rid = str(next(self._counter))
             engine.add_request(rid, _prompt_of(prompt), params)
             ids.append(rid)
-        tokenizer = Tokenizer(engine.tokenizer)
-        # vLLM's offline text: the whole sequence, prompt included, special tokens kept.
-        opts = DecodeOpts(skip_special_tokens=False)
+        tokenizer = engine.output_processor.tokenizer  # the offline engine decodes text
+        assert tokenizer is not None
         results = []
         for output in run_to_completion(engine, ids, use_tqdm):
             result = to_beam_search_output(output)
             for seq in result.sequences:
-                seq.text = tokenizer.decode(seq.tokens, opts)
+                # vLLM's offline text: the whole sequence, prompt included, special tokens kept.
+                seq.text = tokenizer.decode(seq.tokens, skip_special_tokens=False)
             results.append(result)
         return results
