@@ -88,3 +88,54 @@ impl From<hybridllm_api::sampling::BeamSearchParams> for pb::BeamSearchParams {
         }
     }
 }
+
+// What the worker reports, into the core's types.
+impl From<pb::TokenLogprob> for hybridllm_api::engine_io::TokenLogprob {
+    fn from(t: pb::TokenLogprob) -> Self {
+        hybridllm_api::engine_io::TokenLogprob {
+            token_id: t.token_id,
+            logprob: t.logprob,
+            rank: t.rank,
+        }
+    }
+}
+
+impl From<pb::PositionLogprobs> for hybridllm_api::engine_io::PositionLogprobs {
+    fn from(p: pb::PositionLogprobs) -> Self {
+        hybridllm_api::engine_io::PositionLogprobs {
+            token: p.token.map(Into::into),
+            top: p.top.into_iter().map(Into::into).collect(),
+        }
+    }
+}
+
+impl From<pb::PromptInfo> for hybridllm_api::engine_io::PromptInfo {
+    fn from(p: pb::PromptInfo) -> Self {
+        hybridllm_api::engine_io::PromptInfo {
+            prompt_tokens: p.prompt_tokens,
+            cached_tokens: p.cached_tokens,
+            prompt_logprobs: p.prompt_logprobs.into_iter().map(Into::into).collect(),
+            queue_time_s: p.queue_time_s,
+        }
+    }
+}
+
+impl From<pb::SequenceDelta> for hybridllm_api::engine_io::SequenceDelta {
+    /// An ERROR finish is the caller's to end the request with; here it reads as a stop.
+    fn from(d: pb::SequenceDelta) -> Self {
+        use hybridllm_api::engine_io::EngineFinish;
+        let finish = match pb::FinishReason::try_from(d.finish_reason) {
+            Ok(pb::FinishReason::Unspecified) | Err(_) => EngineFinish::Running,
+            Ok(pb::FinishReason::Length) => EngineFinish::Length,
+            Ok(pb::FinishReason::Abort) => EngineFinish::Abort,
+            Ok(pb::FinishReason::Stop | pb::FinishReason::Error) => EngineFinish::Stop,
+        };
+        hybridllm_api::engine_io::SequenceDelta {
+            index: d.index,
+            token_ids: d.token_ids,
+            logprobs: d.logprobs.into_iter().map(Into::into).collect(),
+            finish,
+            stop_token_id: d.stop_token_id,
+        }
+    }
+}

@@ -9,11 +9,10 @@ use crate::engine_router::{EngineRouter, Worker};
 use crate::errors::{ApiError, HttpError};
 use crate::http_server;
 use crate::metrics::Metrics;
-use crate::openai;
 use crate::state::AppState;
+use axum::Router;
 use hybridllm_api::text::chat_template::ChatTemplate;
 use hybridllm_api::text::tokenizer::Tokenizer;
-use axum::Router;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -145,13 +144,14 @@ pub async fn build_state(args: &ServeArgs) -> anyhow::Result<Arc<AppState>> {
         engine_clients: clients,
         tokenizer: Arc::new(tokenizer),
         template,
+        eos_token_ids: info.eos_token_ids.clone().into(),
         model_info: info,
         served_names,
         max_model_len,
         vocab_size,
         metrics,
         responses,
-        created: openai::response::now(),
+        created: hybridllm_api::usage::now(),
     }))
 }
 

@@ -20,6 +20,8 @@ pub struct AppState {
     pub tokenizer: Arc<Tokenizer>,
     pub template: Option<ChatTemplate>,
     pub model_info: pb::ModelInfo,
+    /// `model_info.eos_token_ids`, shared with every request's text state.
+    pub eos_token_ids: Arc<[u32]>,
     pub served_names: Vec<String>,
     pub max_model_len: u32,
     pub vocab_size: usize,

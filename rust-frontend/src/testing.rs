@@ -6,11 +6,11 @@ use crate::engine_client::pb::{self, FinishReason};
 use crate::metrics::Metrics;
 use crate::openai::text_deltas::GenEvent;
 use crate::state::AppState;
-use hybridllm_api::text::chat_template::ChatTemplate;
-use hybridllm_api::text::tokenizer::Tokenizer;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use futures_util::Stream;
+use hybridllm_api::text::chat_template::ChatTemplate;
+use hybridllm_api::text::tokenizer::Tokenizer;
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -252,7 +252,8 @@ pub fn prompt_ids() -> Vec<u32> {
 
 /// Validated sampling parameters from request JSON.
 pub fn params(json: serde_json::Value) -> hybridllm_api::validation::GenParams {
-    let sampling: hybridllm_api::validation::SamplingRequest = serde_json::from_value(json).unwrap();
+    let sampling: hybridllm_api::validation::SamplingRequest =
+        serde_json::from_value(json).unwrap();
     sampling.validate(None, VOCAB.len()).unwrap()
 }
 
@@ -276,6 +277,7 @@ pub fn state(engine: Arc<FakeEngine>) -> Arc<AppState> {
             eos_token_ids: vec![EOS],
             ..Default::default()
         },
+        eos_token_ids: vec![EOS].into(),
         served_names: vec!["test-model".into()],
         max_model_len: 64,
         vocab_size,

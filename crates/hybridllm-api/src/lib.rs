@@ -3,11 +3,17 @@
 //! tokenization) and text (incremental detokenization, stop strings). No I/O: the Rust
 //! frontend (axum, tonic) and the Python fallback (through the `hybridllm-py` extension)
 //! are shells around it.
+pub mod aggregate;
 pub mod beam_search;
+pub mod engine_io;
 pub mod errors;
+pub mod logprobs;
 pub mod prompt;
 pub mod response_store;
 pub mod sampling;
 pub mod sequence_text;
+pub mod sse;
 pub mod text;
+pub mod text_deltas;
+pub mod usage;
 pub mod validation;

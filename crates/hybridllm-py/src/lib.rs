@@ -205,7 +205,13 @@ impl SequenceText {
         };
         let (text, finish) = self
             .inner
-            .push(&tokenizer.inner, &ids, engine, stop_token_id, &eos_token_ids)
+            .push(
+                &tokenizer.inner,
+                &ids,
+                engine,
+                stop_token_id,
+                &eos_token_ids,
+            )
             .map_err(PyValueError::new_err)?;
         let Some(f) = finish else {
             return Ok((text, None, py.None()));

@@ -1,21 +1,21 @@
 //! POST /v1/chat/completions.
 use super::aggregate::collect;
 use super::generate::{generate_many, GenRequest};
-use super::logprobs::chat_content;
 use super::prompt::{render_prompt, tokenize, TemplateArgs};
 use super::request::{
     check_model, check_task, field_error, FieldError, JsonBody, RequestBody, StreamOptions,
 };
-use super::response::{new_id, now, Usage};
 use super::sse::{sse_response, ChunkHead};
 use super::text_deltas::GenEvent;
-use hybridllm_api::beam_search::beam_params;
 use crate::errors::{ApiError, HttpError};
 use crate::state::AppState;
-use hybridllm_api::validation::{fit_max_tokens, SamplingRequest};
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
+use hybridllm_api::beam_search::beam_params;
+use hybridllm_api::logprobs::chat_content;
+use hybridllm_api::usage::{new_id, now, Usage};
+use hybridllm_api::validation::{fit_max_tokens, SamplingRequest};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::sync::Arc;

@@ -1,24 +1,24 @@
 //! POST /v1/completions: a string, a list of strings, a token id list or a list of them.
 use super::aggregate::collect;
 use super::generate::{generate_many, GenRequest};
-use super::logprobs::CompletionLogprobs;
 use super::prompt::tokenize;
 use super::request::{
     check_model, check_task, field_error, FieldError, JsonBody, RequestBody, StreamOptions,
 };
-use super::response::{new_id, now, Usage};
 use super::sse::{sse_response, ChunkHead};
 use super::text_deltas::GenEvent;
-use hybridllm_api::beam_search::beam_params;
 use crate::errors::{ApiError, HttpError};
 use crate::state::AppState;
-use hybridllm_api::text::tokenizer::DecodeOpts;
-use hybridllm_api::validation::{
-    fit_max_tokens, unset_max_tokens, SamplingRequest, DEFAULT_COMPLETION_MAX_TOKENS,
-};
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use futures_util::{Stream, StreamExt};
+use hybridllm_api::beam_search::beam_params;
+use hybridllm_api::logprobs::CompletionLogprobs;
+use hybridllm_api::text::tokenizer::DecodeOpts;
+use hybridllm_api::usage::{new_id, now, Usage};
+use hybridllm_api::validation::{
+    fit_max_tokens, unset_max_tokens, SamplingRequest, DEFAULT_COMPLETION_MAX_TOKENS,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::sync::Arc;

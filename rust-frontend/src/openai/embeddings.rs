@@ -2,13 +2,13 @@
 //! Embed call, returned as floats or base64 (little-endian float32, as the openai client
 //! decodes it).
 use super::request::{check_model, check_task, JsonBody, RequestBody};
-use super::response::{new_id, now};
 use crate::engine_client::pb;
 use crate::errors::{ApiError, HttpError};
 use crate::state::AppState;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
+use hybridllm_api::usage::{new_id, now};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::sync::Arc;

@@ -4,13 +4,13 @@
 //! body dropped) drops the engine's response stream, which aborts the request in the worker.
 //! At the drain deadline after SIGTERM the stream ends with `SHUTDOWN_CUT` (an error event
 //! for a stream, a 503 for a collected body), for every endpoint alike.
-use super::text_deltas::{GenEvent, TextDeltas};
+use super::text_deltas::{EngineEvents, GenEvent};
 use crate::engine_client::pb;
 use crate::errors::ApiError;
 use crate::shutdown::SHUTDOWN_CUT;
 use crate::state::AppState;
-use hybridllm_api::validation::GenParams;
 use futures_util::{Stream, StreamExt};
+use hybridllm_api::validation::GenParams;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -81,7 +81,7 @@ pub async fn generate(
             ))
         }
     };
-    let mut deltas = TextDeltas::new(state.clone(), &req.prompt_ids, &req.params, start);
+    let mut deltas = EngineEvents::new(state.clone(), &req.prompt_ids, &req.params, start);
     Ok(async_stream::stream! {
         let _guard = guard;
         let mut msg = first;

@@ -2,18 +2,16 @@
 //!
 //! The handlers (`chat`, `completions`, `embeddings`, `responses`, `models`, `tokenizer_info`)
 //! never import each other: what they share lives in the modules below them (`request`,
-//! `prompt`, `generate`, `text_deltas`, `aggregate`, `response`, `logprobs`, `sse`). This
+//! `prompt`, `generate`, `text_deltas`, `aggregate`, `sse`; response shapes, logprobs and usage are the core's). This
 //! module only declares them.
 pub mod aggregate;
 pub mod chat;
 pub mod completions;
 pub mod embeddings;
 pub mod generate;
-pub mod logprobs;
 pub mod models;
 pub mod prompt;
 pub mod request;
-pub mod response;
 pub mod responses;
 pub mod sse;
 pub mod text_deltas;

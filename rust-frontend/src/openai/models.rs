@@ -2,14 +2,14 @@
 //! /tokenize, /detokenize.
 use super::prompt::{render_prompt, tokenize as encode, TemplateArgs};
 use super::request::{check_model, field_error, FieldError, JsonBody, RequestBody};
-use super::response::new_id;
 use crate::engine_client::pb;
 use crate::errors::{ApiError, HttpError};
 use crate::state::AppState;
-use hybridllm_api::text::tokenizer::DecodeOpts;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
+use hybridllm_api::text::tokenizer::DecodeOpts;
+use hybridllm_api::usage::new_id;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::Arc;

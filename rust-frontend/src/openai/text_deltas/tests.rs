@@ -10,7 +10,7 @@ use crate::testing::{self, delta, first_response, last_delta, response, show_eve
 fn run(params: serde_json::Value, responses: Vec<pb::GenerateResponse>) -> Vec<String> {
     let state = testing::state(FakeEngine::new(vec![]));
     let params = testing::params(params);
-    let mut deltas = TextDeltas::new(state, &testing::prompt_ids(), &params, Instant::now());
+    let mut deltas = EngineEvents::new(state, &testing::prompt_ids(), &params, Instant::now());
     let mut out = vec![];
     for resp in responses {
         match deltas.process(resp) {
@@ -113,7 +113,7 @@ async fn finish_reasons_from_the_engine_and_their_metrics() {
     // is text, even with special tokens kept.
     let state = testing::state(FakeEngine::new(vec![]));
     let params = testing::params(serde_json::json!({"n": 4, "skip_special_tokens": false}));
-    let mut deltas = TextDeltas::new(state.clone(), &[], &params, Instant::now());
+    let mut deltas = EngineEvents::new(state.clone(), &[], &params, Instant::now());
     let mut first = first_response(
         3,
         0,

@@ -1,7 +1,7 @@
 //! Logprob formatting: OpenAI's chat shape (`content: [{token, logprob, bytes, top_logprobs}]`)
 //! and the legacy completions shape (`tokens`, `token_logprobs`, `top_logprobs`, `text_offset`).
-use crate::engine_client::pb;
-use hybridllm_api::text::tokenizer::Tokenizer;
+use crate::engine_io::{PositionLogprobs, TokenLogprob};
+use crate::text::tokenizer::Tokenizer;
 use serde_json::{json, Map, Value};
 
 /// JSON has no -inf/NaN; vLLM reports -9999.0 for them.
@@ -13,12 +13,12 @@ pub fn finite(x: f32) -> f64 {
     }
 }
 
-fn entry(tok: &Tokenizer, t: &pb::TokenLogprob) -> Value {
+fn entry(tok: &Tokenizer, t: &TokenLogprob) -> Value {
     let s = tok.token_text(t.token_id);
     json!({"token": s, "logprob": finite(t.logprob), "bytes": s.as_bytes()})
 }
 
-pub fn chat_content(tok: &Tokenizer, lps: &[pb::PositionLogprobs], top_n: u32) -> Vec<Value> {
+pub fn chat_content(tok: &Tokenizer, lps: &[PositionLogprobs], top_n: u32) -> Vec<Value> {
     lps.iter()
         .filter_map(|p| {
             let t = p.token.as_ref()?;
@@ -46,7 +46,7 @@ pub struct CompletionLogprobs {
 }
 
 impl CompletionLogprobs {
-    pub fn push(&mut self, tok: &Tokenizer, p: &pb::PositionLogprobs, top_n: u32) {
+    pub fn push(&mut self, tok: &Tokenizer, p: &PositionLogprobs, top_n: u32) {
         let Some(t) = p.token.as_ref() else { return };
         let s = tok.token_text(t.token_id);
         self.text_offset.push(self.offset);
@@ -84,7 +84,7 @@ impl CompletionLogprobs {
 
 /// vLLM's `prompt_logprobs`: per prompt token `{token_id: {logprob, rank, decoded_token}}`,
 /// the first entry null.
-pub fn prompt_logprobs(tok: &Tokenizer, lps: &[pb::PositionLogprobs]) -> Value {
+pub fn prompt_logprobs(tok: &Tokenizer, lps: &[PositionLogprobs]) -> Value {
     let mut out = vec![];
     for (i, p) in lps.iter().enumerate() {
         let Some(t) = p.token.as_ref().filter(|t| i > 0 && !t.logprob.is_nan()) else {

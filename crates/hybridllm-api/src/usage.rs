@@ -1,5 +1,5 @@
 //! Pieces every response body repeats: ids, timestamps and `usage`.
-use crate::engine_client::pb;
+use crate::engine_io::PromptInfo;
 use serde_json::{json, Value};
 
 pub fn now() -> i64 {
@@ -31,7 +31,7 @@ impl Usage {
         }
     }
 
-    pub fn on_prompt(&mut self, prompt: usize, info: &pb::PromptInfo) {
+    pub fn on_prompt(&mut self, prompt: usize, info: &PromptInfo) {
         self.prompt_tokens[prompt] = info.prompt_tokens as usize;
         self.cached_tokens += info.cached_tokens;
     }

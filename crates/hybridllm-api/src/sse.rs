@@ -1,0 +1,101 @@
+//! Server-sent events as OpenAI clients parse them: `data: <json>\n\n` per chunk, an error
+//! chunk (`data: {"error": {...}}`) if generation fails mid-stream, then `data: [DONE]\n\n`.
+//! The frames only: the shells write them out.
+use bytes::Bytes;
+use serde::Serialize;
+use serde_json::Value;
+
+/// One SSE event: `data: <json>\n\n`, serialized straight into the frame's buffer.
+pub fn frame<T: Serialize + ?Sized>(v: &T) -> Bytes {
+    let mut buf = Vec::with_capacity(256);
+    buf.extend_from_slice(b"data: ");
+    // Serializing our own types and JSON values into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut buf, v);
+    buf.extend_from_slice(b"\n\n");
+    Bytes::from(buf)
+}
+
+/// A named event (the Responses API's), `event: <name>\ndata: <json>\n\n`, appended to `buf`
+/// so that events produced together can leave as one chunk.
+pub fn write_named_frame<T: Serialize + ?Sized>(buf: &mut Vec<u8>, event: &str, v: &T) {
+    buf.extend_from_slice(b"event: ");
+    buf.extend_from_slice(event.as_bytes());
+    buf.extend_from_slice(b"\ndata: ");
+    let _ = serde_json::to_writer(&mut *buf, v);
+    buf.extend_from_slice(b"\n\n");
+}
+
+pub const DONE: &[u8] = b"data: [DONE]\n\n";
+
+/// The envelope of every streamed chunk, borrowed from the request's `ChunkHead`: serialized
+/// without building a JSON tree per token. Field order is the wire order.
+#[derive(Serialize)]
+struct Chunk<'a, C: Serialize> {
+    id: &'a str,
+    object: &'static str,
+    created: i64,
+    model: &'a str,
+    choices: &'a [C],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<&'a Value>,
+}
+
+/// What every streamed chunk of one response repeats.
+pub struct ChunkHead {
+    pub id: String,
+    pub object: &'static str,
+    pub created: i64,
+    pub model: String,
+    /// `include_usage`: every chunk carries `usage`, null but on the last.
+    pub include_usage: bool,
+}
+
+impl ChunkHead {
+    /// A framed chunk of these choices (usage null if included at all).
+    pub fn frame<C: Serialize>(&self, choices: &[C]) -> Bytes {
+        self.frame_with_usage(choices, self.include_usage.then_some(&Value::Null))
+    }
+
+    /// The last chunk: no choices, the usage.
+    pub fn usage_frame(&self, usage: &Value) -> Bytes {
+        self.frame_with_usage::<Value>(&[], Some(usage))
+    }
+
+    fn frame_with_usage<C: Serialize>(&self, choices: &[C], usage: Option<&Value>) -> Bytes {
+        frame(&Chunk {
+            id: &self.id,
+            object: self.object,
+            created: self.created,
+            model: &self.model,
+            choices,
+            usage,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn framing() {
+        let head = ChunkHead {
+            id: "x".into(),
+            object: "chat.completion.chunk",
+            created: 7,
+            model: "m".into(),
+            include_usage: true,
+        };
+        assert_eq!(
+            &head.frame(&[1])[..],
+            b"data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"created\":7,\"model\":\"m\",\"choices\":[1],\"usage\":null}\n\n"
+        );
+        assert_eq!(
+            &head.usage_frame(&serde_json::json!({"a": 1}))[..],
+            b"data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"created\":7,\"model\":\"m\",\"choices\":[],\"usage\":{\"a\":1}}\n\n"
+        );
+        let mut buf = vec![];
+        write_named_frame(&mut buf, "e", &serde_json::json!({"b": 2}));
+        assert_eq!(buf, b"event: e\ndata: {\"b\":2}\n\n");
+    }
+}
