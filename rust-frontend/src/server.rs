@@ -11,6 +11,7 @@ use crate::http_server;
 use crate::metrics::Metrics;
 use crate::state::AppState;
 use axum::Router;
+use hybridllm_api::context::ApiContext;
 use hybridllm_api::text::chat_template::ChatTemplate;
 use hybridllm_api::text::tokenizer::Tokenizer;
 use std::sync::Arc;
@@ -138,20 +139,28 @@ pub async fn build_state(args: &ServeArgs) -> anyhow::Result<Arc<AppState>> {
         router.clone().watch(clients.clone(), WORKER_PROBE);
     }
     Ok(Arc::new(AppState {
-        config,
         keep_alive: args.keep_alive,
         engine: router,
         engine_clients: clients,
-        tokenizer: Arc::new(tokenizer),
-        template,
-        eos_token_ids: info.eos_token_ids.clone().into(),
+        api: ApiContext {
+            tokenizer: Arc::new(tokenizer),
+            template,
+            served_names,
+            max_model_len,
+            vocab_size,
+            max_tokens_limit: config.max_tokens_limit,
+            max_beam_width: config.max_beam_width,
+            embed: info.kind == engine_client::pb::model_info::Kind::Embed as i32,
+            bos_token: info.bos_token.clone(),
+            eos_token: info.eos_token.clone(),
+            eos_token_ids: info.eos_token_ids.clone().into(),
+            max_num_seqs: info.max_num_seqs,
+        },
         model_info: info,
-        served_names,
-        max_model_len,
-        vocab_size,
         metrics,
         responses,
         created: hybridllm_api::usage::now(),
+        config,
     }))
 }
 

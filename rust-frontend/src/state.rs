@@ -4,9 +4,8 @@ use crate::config::ServeConfig;
 use crate::engine::Engine;
 use crate::engine_client::{pb, EngineClient};
 use crate::metrics::Metrics;
+use hybridllm_api::context::ApiContext;
 use hybridllm_api::response_store::ResponseStore;
-use hybridllm_api::text::chat_template::ChatTemplate;
-use hybridllm_api::text::tokenizer::Tokenizer;
 use std::sync::Arc;
 
 pub struct AppState {
@@ -17,14 +16,10 @@ pub struct AppState {
     pub engine_clients: Vec<EngineClient>,
     /// `--keep-alive`: /health is 200 while any worker answers, not only while all do.
     pub keep_alive: bool,
-    pub tokenizer: Arc<Tokenizer>,
-    pub template: Option<ChatTemplate>,
+    /// What the API's rules need (the core's): tokenizer, chat template, served names,
+    /// context window and vocabulary, limits, the model's special tokens.
+    pub api: ApiContext,
     pub model_info: pb::ModelInfo,
-    /// `model_info.eos_token_ids`, shared with every request's text state.
-    pub eos_token_ids: Arc<[u32]>,
-    pub served_names: Vec<String>,
-    pub max_model_len: u32,
-    pub vocab_size: usize,
     pub metrics: Metrics,
     /// `/v1/responses` objects created with `store: true`.
     pub responses: ResponseStore,

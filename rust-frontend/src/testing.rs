@@ -9,6 +9,7 @@ use crate::state::AppState;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use futures_util::Stream;
+use hybridllm_api::context::ApiContext;
 use hybridllm_api::text::chat_template::ChatTemplate;
 use hybridllm_api::text::tokenizer::Tokenizer;
 use std::collections::VecDeque;
@@ -265,22 +266,31 @@ pub fn state(engine: Arc<FakeEngine>) -> Arc<AppState> {
     };
     let tokenizer = tokenizer();
     let vocab_size = tokenizer.vocab_size();
+    let (max_tokens_limit, max_beam_width) = (config.max_tokens_limit, config.max_beam_width);
     Arc::new(AppState {
         config,
         engine,
         // Never called by these tests; lazy, so nothing connects.
         engine_clients: vec![crate::engine_client::connect("http://127.0.0.1:1").unwrap()],
         keep_alive: false,
-        tokenizer: Arc::new(tokenizer),
-        template: Some(ChatTemplate::compile(TEMPLATE).unwrap()),
+        api: ApiContext {
+            tokenizer: Arc::new(tokenizer),
+            template: Some(ChatTemplate::compile(TEMPLATE).unwrap()),
+            served_names: vec!["test-model".into()],
+            max_model_len: 64,
+            vocab_size,
+            max_tokens_limit,
+            max_beam_width,
+            embed: false,
+            bos_token: String::new(),
+            eos_token: String::new(),
+            eos_token_ids: vec![EOS].into(),
+            max_num_seqs: 0,
+        },
         model_info: pb::ModelInfo {
             eos_token_ids: vec![EOS],
             ..Default::default()
         },
-        eos_token_ids: vec![EOS].into(),
-        served_names: vec!["test-model".into()],
-        max_model_len: 64,
-        vocab_size,
         metrics: Metrics::new(),
         responses: hybridllm_api::response_store::ResponseStore::new(8),
         created: 0,
@@ -291,6 +301,7 @@ pub fn state(engine: Arc<FakeEngine>) -> Arc<AppState> {
 pub fn embed_state(engine: Arc<FakeEngine>) -> Arc<AppState> {
     let mut st = Arc::try_unwrap(state(engine)).ok().expect("a fresh state");
     st.model_info.kind = pb::model_info::Kind::Embed as i32;
+    st.api.embed = true;
     st.model_info.hidden_size = 3;
     Arc::new(st)
 }

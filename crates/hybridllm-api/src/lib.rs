@@ -5,10 +5,14 @@
 //! are shells around it.
 pub mod aggregate;
 pub mod beam_search;
+pub mod chat;
+pub mod completions;
+pub mod context;
 pub mod engine_io;
 pub mod errors;
 pub mod logprobs;
 pub mod prompt;
+pub mod request;
 pub mod response_store;
 pub mod sampling;
 pub mod sequence_text;

@@ -50,6 +50,15 @@ pub struct GenParams {
     pub beam: Option<BeamSearchParams>,
 }
 
+/// One engine request: a prompt's ids and what to generate from them.
+pub struct GenRequest {
+    pub request_id: String,
+    pub prompt_ids: Vec<u32>,
+    pub params: GenParams,
+    /// Final: what the request asked for, or what is left of the context window.
+    pub max_tokens: u32,
+}
+
 pub const MAX_LOGPROBS: i64 = 20;
 /// /v1/completions without max_tokens generates this many tokens (OpenAI's and vLLM's default).
 pub const DEFAULT_COMPLETION_MAX_TOKENS: u32 = 16;

@@ -91,6 +91,9 @@ impl Tokenizer {
 #[pyclass(frozen, module = "hybridllm._api")]
 struct ChatTemplate {
     inner: CoreTemplate,
+    /// The text it was compiled from (what /tokenizer_info reports).
+    #[pyo3(get)]
+    source: String,
 }
 
 #[pymethods]
@@ -99,7 +102,10 @@ impl ChatTemplate {
     #[new]
     fn new(source: &str) -> PyResult<Self> {
         CoreTemplate::compile(source)
-            .map(|inner| ChatTemplate { inner })
+            .map(|inner| ChatTemplate {
+                inner,
+                source: source.to_string(),
+            })
             .map_err(PyValueError::new_err)
     }
 

@@ -1,7 +1,7 @@
 //! POST /v1/embeddings: inputs checked, tokenized and truncated here, pooled by the worker's
 //! Embed call, returned as floats or base64 (little-endian float32, as the openai client
 //! decodes it).
-use super::request::{check_model, check_task, JsonBody, RequestBody};
+use super::request::{JsonBody, RequestBody};
 use crate::engine_client::pb;
 use crate::errors::{ApiError, HttpError};
 use crate::state::AppState;
@@ -157,7 +157,7 @@ fn token_ids(
     limit: Option<usize>,
     special: bool,
 ) -> Result<Vec<Vec<u32>>, ApiError> {
-    let tok = &state.tokenizer;
+    let tok = &state.api.tokenizer;
     let lower = state.model_info.lowercase_inputs;
     let has_text = inputs.iter().any(|i| matches!(i, Input::Text(_)));
     let k = tok.num_special_tokens();
@@ -237,12 +237,12 @@ pub async fn handle(
     State(state): State<Arc<AppState>>,
     JsonBody(req): JsonBody<EmbeddingRequest>,
 ) -> Result<Response, HttpError> {
-    check_model(&state, &req.model)?;
-    check_task(&state, "Embeddings", true)?;
+    state.api.check_model(&req.model)?;
+    state.api.check_task("Embeddings", true)?;
     check_options(&state, &req)?;
-    let max_len = state.max_model_len as usize;
+    let max_len = state.api.max_model_len as usize;
     let limit = truncation_limit(&req, max_len)?;
-    let (inputs, listed) = parse_inputs(req.input, state.vocab_size)?;
+    let (inputs, listed) = parse_inputs(req.input, state.api.vocab_size)?;
     let special = req.add_special_tokens.unwrap_or(true);
     let text_bytes: usize = inputs
         .iter()
@@ -295,7 +295,7 @@ pub async fn handle(
         id: request_id,
         object: "list",
         created: now(),
-        model: &state.served_names[0],
+        model: &state.api.served_names[0],
         data,
         usage: serde_json::json!({
             "prompt_tokens": prompt_tokens,

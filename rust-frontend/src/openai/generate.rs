@@ -10,16 +10,9 @@ use crate::errors::ApiError;
 use crate::shutdown::SHUTDOWN_CUT;
 use crate::state::AppState;
 use futures_util::{Stream, StreamExt};
-use hybridllm_api::validation::GenParams;
+pub use hybridllm_api::validation::GenRequest;
 use std::sync::Arc;
 use std::time::Instant;
-
-pub struct GenRequest {
-    pub request_id: String,
-    pub prompt_ids: Vec<u32>,
-    pub params: GenParams,
-    pub max_tokens: u32,
-}
 
 /// Counts the request in flight and records its latency however it ends.
 struct InFlight {

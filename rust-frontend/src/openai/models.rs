@@ -1,7 +1,7 @@
 //! GET /v1/models, /health, /version, /metrics, /openapi.json, / (the playground) and POST
 //! /tokenize, /detokenize.
 use super::prompt::{render_prompt, tokenize as encode, TemplateArgs};
-use super::request::{check_model, field_error, FieldError, JsonBody, RequestBody};
+use super::request::{field_error, FieldError, JsonBody, RequestBody};
 use crate::engine_client::pb;
 use crate::errors::{ApiError, HttpError};
 use crate::state::AppState;
@@ -17,6 +17,7 @@ use std::time::Duration;
 
 pub async fn models(State(state): State<Arc<AppState>>) -> Response {
     let data: Vec<Value> = state
+        .api
         .served_names
         .iter()
         .map(|name| {
@@ -27,7 +28,7 @@ pub async fn models(State(state): State<Arc<AppState>>) -> Response {
                 "owned_by": "hybridllm",
                 "root": state.model_info.model_path,
                 "parent": null,
-                "max_model_len": state.max_model_len,
+                "max_model_len": state.api.max_model_len,
                 "permission": [{
                     "id": new_id("modelperm"),
                     "object": "model_permission",
@@ -124,7 +125,7 @@ pub async fn tokenize(
     State(state): State<Arc<AppState>>,
     JsonBody(req): JsonBody<TokenizeRequest>,
 ) -> Result<Response, HttpError> {
-    check_model(&state, &req.model)?;
+    state.api.check_model(&req.model)?;
     let (text, default_special) = match (&req.prompt, &req.messages) {
         (Some(p), None) => (p.clone(), true),
         (None, Some(m)) => (render_prompt(&state, m, &req.template, true)?, false),
@@ -141,7 +142,7 @@ pub async fn tokenize(
     )
     .await?;
     Ok(axum::Json(
-        json!({"count": tokens.len(), "max_model_len": state.max_model_len, "tokens": tokens}),
+        json!({"count": tokens.len(), "max_model_len": state.api.max_model_len, "tokens": tokens}),
     )
     .into_response())
 }
@@ -158,18 +159,23 @@ pub async fn detokenize(
     State(state): State<Arc<AppState>>,
     JsonBody(req): JsonBody<DetokenizeRequest>,
 ) -> Result<Response, HttpError> {
-    check_model(&state, &req.model)?;
-    if let Some(bad) = req.tokens.iter().find(|&&t| t as usize >= state.vocab_size) {
+    state.api.check_model(&req.model)?;
+    if let Some(bad) = req
+        .tokens
+        .iter()
+        .find(|&&t| t as usize >= state.api.vocab_size)
+    {
         return Err(ApiError::bad_param(
             "tokens",
             format!(
                 "Token id {bad} is out of vocabulary (size {}).",
-                state.vocab_size
+                state.api.vocab_size
             ),
         )
         .into());
     }
     let prompt = state
+        .api
         .tokenizer
         .decode(&req.tokens, DecodeOpts::default())
         .map_err(ApiError::Internal)?;

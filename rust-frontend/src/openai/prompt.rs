@@ -15,7 +15,7 @@ pub fn render_prompt(
     default_agp: bool,
 ) -> Result<String, ApiError> {
     hybridllm_api::prompt::render_chat(
-        state.template.as_ref(),
+        state.api.template.as_ref(),
         messages,
         t,
         default_agp,
@@ -33,7 +33,7 @@ pub async fn tokenize(
     text: String,
     add_special: bool,
 ) -> Result<Vec<u32>, ApiError> {
-    let tok = state.tokenizer.clone();
+    let tok = state.api.tokenizer.clone();
     if text.len() <= INLINE_TOKENIZE_BYTES {
         return tok.encode(&text, add_special).map_err(ApiError::bad);
     }

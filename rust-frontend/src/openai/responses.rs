@@ -7,7 +7,7 @@ mod object;
 use super::aggregate::collect;
 use super::generate::{generate_many, GenRequest};
 use super::prompt::{render_prompt, tokenize, TemplateArgs};
-use super::request::{check_model, check_task, JsonBody};
+use super::request::JsonBody;
 use super::sse::{sse_events_response, write_named_frame};
 use super::text_deltas::GenEvent;
 use crate::errors::{ApiError, HttpError};
@@ -84,7 +84,7 @@ async fn fit_prompt(
         let prompt = render_prompt(state, &messages, &TemplateArgs::default(), true)?;
         let ids = tokenize(state, prompt, false).await?;
         let cap = state.config.max_tokens_limit;
-        match fit_max_tokens(ids.len(), max_tokens, state.max_model_len, cap) {
+        match fit_max_tokens(ids.len(), max_tokens, state.api.max_model_len, cap) {
             Ok(m) => return Ok((ids, m)),
             Err(e) if !auto || first + 1 >= conversation.len() => return Err(e),
             Err(_) => first += 1,
@@ -97,13 +97,13 @@ pub async fn create(
     headers: HeaderMap,
     JsonBody(req): JsonBody<ResponsesRequest>,
 ) -> Result<Response, HttpError> {
-    check_model(&state, &req.model)?;
-    check_task(&state, "Responses", false)?;
+    state.api.check_model(&req.model)?;
+    state.api.check_task("Responses", false)?;
     req.check_unsupported()?;
     let auto_truncate = req.truncation_auto()?;
     req.check_metadata()?;
     let sampling = req.sampling(state.config.max_tokens_limit)?;
-    let params = sampling.validate(None, state.vocab_size)?;
+    let params = sampling.validate(None, state.api.vocab_size)?;
     let owner = owner(&state, &headers);
     let previous = match &req.previous_response_id {
         Some(id) => Some(state.responses.get(id, owner.as_deref()).ok_or_else(|| {
@@ -123,7 +123,7 @@ pub async fn create(
         auto_truncate,
     )
     .await?;
-    let head = ResponseHead::new(&req, &state.served_names[0]);
+    let head = ResponseHead::new(&req, &state.api.served_names[0]);
     let prompt_len = ids.len();
     let gen = GenRequest {
         request_id: head.id.clone(),
@@ -140,7 +140,7 @@ pub async fn create(
     if req.stream.unwrap_or(false) {
         return Ok(stream_response(state, events, head, prompt_len, to_store));
     }
-    let c = collect(events, 1, vec![prompt_len], &state.tokenizer).await?;
+    let c = collect(events, 1, vec![prompt_len], &state.api.tokenizer).await?;
     let choice = &c.choices[0];
     let obj = head.finished(
         &choice.text,

@@ -22,8 +22,8 @@ impl EngineEvents {
     /// `start`: when the request started, for the time to first token.
     pub fn new(state: Arc<AppState>, prompt_ids: &[u32], p: &GenParams, start: Instant) -> Self {
         let deltas = TextDeltas::new(
-            state.tokenizer.clone(),
-            state.eos_token_ids.clone(),
+            state.api.tokenizer.clone(),
+            state.api.eos_token_ids.clone(),
             prompt_ids,
             p,
         );

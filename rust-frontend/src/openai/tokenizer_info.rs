@@ -65,7 +65,7 @@ pub async fn tokenizer_info(State(state): State<Arc<AppState>>) -> Result<Respon
     }
     cfg.entry("tokenizer_class")
         .or_insert(json!("PreTrainedTokenizerFast"));
-    cfg.insert("model_max_length".into(), json!(state.max_model_len));
+    cfg.insert("model_max_length".into(), json!(state.api.max_model_len));
     match template(&state).await? {
         t if t.is_empty() => cfg.remove("chat_template"),
         t => cfg.insert("chat_template".into(), json!(t)),

@@ -54,6 +54,6 @@ async def tokenizer_info(request: Request) -> Response:
     cfg.setdefault("tokenizer_class", "PreTrainedTokenizerFast")
     cfg["model_max_length"] = st.max_model_len
     cfg.pop("chat_template", None)
-    if st.template:
-        cfg["chat_template"] = st.template
+    if st.template is not None:
+        cfg["chat_template"] = st.template.source
     return json_response(cfg)

@@ -1,25 +1,11 @@
-//! /v1/completions: prompt forms, and through the router against a scripted fake engine the
+//! /v1/completions: through the router against a scripted fake engine the
 //! exact bytes a client receives.
-use super::*;
 use crate::engine_client::pb::{self, FinishReason::*};
 use crate::testing::{self, delta, first_response, id, last_delta, response, FakeEngine, Script};
 use axum::http::StatusCode;
+use serde_json::json;
 
 const PATH: &str = "/v1/completions";
-
-#[test]
-fn prompt_forms() {
-    assert_eq!(parse_prompts(&json!("a")).unwrap().len(), 1);
-    assert_eq!(parse_prompts(&json!(["a", "b"])).unwrap().len(), 2);
-    assert!(
-        matches!(&parse_prompts(&json!([1, 2, 3])).unwrap()[0], Prompt::Ids(v) if v == &vec![1, 2, 3])
-    );
-    assert_eq!(parse_prompts(&json!([[1], [2, 3]])).unwrap().len(), 2);
-    assert!(parse_prompts(&json!([])).is_err());
-    assert!(parse_prompts(&json!([1, "a"])).is_err());
-    assert!(parse_prompts(&json!(5)).is_err());
-    assert!(parse_prompts(&json!([-1])).is_err());
-}
 
 fn token_lp(word: &str, logprob: f32, rank: u32) -> pb::TokenLogprob {
     pb::TokenLogprob {

@@ -1,0 +1,367 @@
+//! POST /v1/completions: a string, a list of strings, a token id list or a list of them; what
+//! each prompt asks the engine for, and the response built from the engine's events (echoed
+//! prompts first, with their logprobs once the engine has scored them).
+use crate::aggregate::Collected;
+use crate::beam_search::beam_params;
+use crate::context::ApiContext;
+use crate::errors::ApiError;
+use crate::logprobs::CompletionLogprobs;
+use crate::request::{field_error, FieldError, RequestBody, StreamOptions, Unhonoured};
+use crate::sse::ChunkHead;
+use crate::text::tokenizer::{DecodeOpts, Tokenizer};
+use crate::text_deltas::GenEvent;
+use crate::usage::{new_id, now, Usage};
+use crate::validation::{
+    fit_max_tokens, unset_max_tokens, GenParams, GenRequest, SamplingRequest,
+    DEFAULT_COMPLETION_MAX_TOKENS,
+};
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+#[derive(Debug, Deserialize)]
+pub struct CompletionRequest {
+    pub model: Option<String>,
+    pub prompt: Value,
+    #[serde(flatten)]
+    pub sampling: SamplingRequest,
+    pub logprobs: Option<i64>,
+    pub echo: Option<bool>,
+    pub suffix: Option<String>,
+    pub stream: Option<bool>,
+    pub stream_options: Option<StreamOptions>,
+    pub add_special_tokens: Option<bool>,
+}
+
+impl RequestBody for CompletionRequest {
+    const GROUPS: &'static [FieldError] = &[field_error::<SamplingRequest>];
+    const UNHONOURED: &'static [Unhonoured] = crate::request::COMPLETION_UNHONOURED;
+}
+
+pub enum Prompt {
+    /// To be tokenized by the shell (with `CompletionCall::add_special_tokens`).
+    Text(String),
+    Ids(Vec<u32>),
+}
+
+fn ids_of(v: &Value) -> Option<Vec<u32>> {
+    v.as_array()?
+        .iter()
+        .map(|x| x.as_u64().and_then(|n| u32::try_from(n).ok()))
+        .collect()
+}
+
+fn parse_prompts(v: &Value) -> Result<Vec<Prompt>, ApiError> {
+    let bad = || {
+        ApiError::bad_param("prompt", "prompt must be a string, a list of strings, a list of token ids or a list of token id lists.")
+    };
+    match v {
+        Value::String(s) => Ok(vec![Prompt::Text(s.clone())]),
+        Value::Array(a) if a.is_empty() => {
+            Err(ApiError::bad_param("prompt", "prompt must not be empty."))
+        }
+        Value::Array(a) if a.iter().all(Value::is_string) => Ok(a
+            .iter()
+            .map(|s| Prompt::Text(s.as_str().unwrap_or_default().to_string()))
+            .collect()),
+        Value::Array(a) if a.iter().all(Value::is_number) => {
+            Ok(vec![Prompt::Ids(ids_of(v).ok_or_else(bad)?)])
+        }
+        Value::Array(a) => a
+            .iter()
+            .map(|x| ids_of(x).map(Prompt::Ids).ok_or_else(bad))
+            .collect(),
+        _ => Err(bad()),
+    }
+}
+
+/// A valid completion request before its text prompts are tokenized.
+pub struct CompletionCall {
+    pub prompts: Vec<Prompt>,
+    pub add_special_tokens: bool,
+    params: GenParams,
+    echo: bool,
+    echo_logprobs: bool,
+    stream: bool,
+    include_usage: bool,
+}
+
+impl CompletionCall {
+    pub fn new(ctx: &ApiContext, req: CompletionRequest) -> Result<Self, ApiError> {
+        ctx.check_model(&req.model)?;
+        ctx.check_task("Completions", false)?;
+        if req.suffix.is_some() {
+            return Err(ApiError::bad_param("suffix", "suffix is not supported."));
+        }
+        let echo = req.echo.unwrap_or(false);
+        let stream = req.stream.unwrap_or(false);
+        let mut params = req.sampling.validate(req.logprobs, ctx.vocab_size)?;
+        params.beam = beam_params(
+            &req.sampling,
+            stream,
+            req.logprobs,
+            ctx.max_beam_width,
+            ctx.max_num_seqs,
+        )?;
+        // As vLLM: echoed logprobs are the prompt's, so ask the engine for them.
+        let echo_logprobs = echo && params.logprobs.is_some();
+        if echo_logprobs && params.sampling.prompt_logprobs.is_none() {
+            params.sampling.prompt_logprobs = params.logprobs;
+        }
+        req.sampling.check_max_tokens_limit(ctx.max_tokens_limit)?;
+        Ok(CompletionCall {
+            prompts: parse_prompts(&req.prompt)?,
+            add_special_tokens: req.add_special_tokens.unwrap_or(true),
+            params,
+            echo,
+            echo_logprobs,
+            stream,
+            include_usage: req.stream_options.is_some_and(|o| o.include_usage),
+        })
+    }
+
+    /// One engine request per prompt, from each prompt's ids (`self.prompts` in order, the
+    /// text ones tokenized), and the response to build from their events.
+    pub fn plan(
+        self,
+        ctx: &ApiContext,
+        ids: Vec<Vec<u32>>,
+    ) -> Result<(Vec<GenRequest>, CompletionResponse), ApiError> {
+        let unset = unset_max_tokens(Some(DEFAULT_COMPLETION_MAX_TOKENS), ctx.max_tokens_limit);
+        let id = new_id("cmpl");
+        let mut gens = vec![];
+        let mut echoes = vec![];
+        for (i, (prompt, ids)) in self.prompts.into_iter().zip(ids).enumerate() {
+            let text = match prompt {
+                Prompt::Text(t) => t,
+                Prompt::Ids(_) => {
+                    ctx.check_ids("prompt", &ids)?;
+                    match self.echo {
+                        true => ctx
+                            .tokenizer
+                            .decode(&ids, DecodeOpts::default())
+                            .map_err(ApiError::Internal)?,
+                        false => String::new(),
+                    }
+                }
+            };
+            if ids.is_empty() {
+                return Err(ApiError::bad_param(
+                    "prompt",
+                    "The prompt is empty (0 tokens).",
+                ));
+            }
+            let max_tokens =
+                fit_max_tokens(ids.len(), self.params.max_tokens, ctx.max_model_len, unset)?;
+            echoes.push(if self.echo { text } else { String::new() });
+            gens.push(GenRequest {
+                request_id: format!("{id}-{i}"),
+                prompt_ids: ids,
+                params: self.params.clone(),
+                max_tokens,
+            });
+        }
+        let n = self.params.n as usize;
+        let prompt_lens: Vec<usize> = gens.iter().map(|g| g.prompt_ids.len()).collect();
+        let resp = CompletionResponse {
+            head: ChunkHead {
+                id,
+                object: "text_completion",
+                created: now(),
+                model: ctx.model_name().to_string(),
+                include_usage: self.include_usage,
+            },
+            n,
+            offsets: vec![0; prompt_lens.len() * n],
+            usage: Usage::new(prompt_lens.clone()),
+            prompt_lens,
+            echoes,
+            echo: self.echo,
+            logprobs: self.params.logprobs,
+            echo_logprobs: self.echo_logprobs,
+            stream: self.stream,
+        };
+        Ok((gens, resp))
+    }
+}
+
+/// One choice of a streamed completion chunk.
+#[derive(Serialize)]
+struct TextChoice<'a> {
+    index: usize,
+    text: &'a str,
+    logprobs: &'a Value,
+    finish_reason: Option<&'static str>,
+    stop_reason: &'a Value,
+}
+
+/// The response of one completion request, from its prompts' engine events.
+pub struct CompletionResponse {
+    pub head: ChunkHead,
+    /// Choices per prompt.
+    pub n: usize,
+    pub prompt_lens: Vec<usize>,
+    /// Per prompt, its text to send first (empty unless `echo`).
+    echoes: Vec<String>,
+    echo: bool,
+    pub logprobs: Option<u32>,
+    /// The echo carries the prompt's logprobs, so it waits for the engine's prompt facts.
+    echo_logprobs: bool,
+    pub stream: bool,
+    /// Per choice: the text offset of its next token's logprobs.
+    offsets: Vec<usize>,
+    usage: Usage,
+}
+
+impl CompletionResponse {
+    /// The echoed prompts (those without logprobs: the others wait for the engine).
+    pub fn opening(&self) -> Vec<Bytes> {
+        if !self.echo || self.echo_logprobs {
+            return vec![];
+        }
+        let mut out = vec![];
+        for (p, text) in self.echoes.iter().enumerate() {
+            for j in 0..self.n {
+                out.push(self.head.frame(&[TextChoice {
+                    index: p * self.n + j,
+                    text,
+                    logprobs: &Value::Null,
+                    finish_reason: None,
+                    stop_reason: &Value::Null,
+                }]));
+            }
+        }
+        out
+    }
+
+    /// The chunks of one event (an echo with logprobs is one per choice of the prompt).
+    pub fn event(&mut self, tok: &Tokenizer, p: usize, ev: &GenEvent) -> Vec<Bytes> {
+        let out = match ev {
+            GenEvent::Prompt(info) => {
+                self.usage.on_prompt(p, info);
+                if !self.echo_logprobs {
+                    return vec![];
+                }
+                let mut frames = vec![];
+                for j in 0..self.n {
+                    let ci = p * self.n + j;
+                    let mut lp = CompletionLogprobs::default();
+                    for x in &info.prompt_logprobs {
+                        lp.push(tok, x, self.logprobs.unwrap_or(0));
+                    }
+                    self.offsets[ci] = lp.offset;
+                    frames.push(self.head.frame(&[TextChoice {
+                        index: ci,
+                        text: &self.echoes[p],
+                        logprobs: &lp.to_json(),
+                        finish_reason: None,
+                        stop_reason: &Value::Null,
+                    }]));
+                }
+                return frames;
+            }
+            GenEvent::Output(out) => out,
+        };
+        self.usage.on_output(out.num_tokens);
+        let ci = p * self.n + out.index as usize;
+        if out.text.is_empty()
+            && out.finish.is_none()
+            && (out.logprobs.is_empty() || self.logprobs.is_none())
+        {
+            return vec![];
+        }
+        let lp = match self.logprobs {
+            Some(top_n) => {
+                let mut delta = CompletionLogprobs {
+                    offset: self.offsets[ci],
+                    ..Default::default()
+                };
+                for x in &out.logprobs {
+                    delta.push(tok, x, top_n);
+                }
+                self.offsets[ci] = delta.offset;
+                delta.to_json()
+            }
+            None => Value::Null,
+        };
+        let (reason, stop_reason) = match &out.finish {
+            Some(f) => (Some(f.reason), &f.stop_reason),
+            None => (None, &Value::Null),
+        };
+        vec![self.head.frame(&[TextChoice {
+            index: ci,
+            text: &out.text,
+            logprobs: &lp,
+            finish_reason: reason,
+            stop_reason,
+        }])]
+    }
+
+    /// The last chunk: the usage, when asked for.
+    pub fn closing(&self) -> Option<Bytes> {
+        self.head
+            .include_usage
+            .then(|| self.head.usage_frame(&self.usage.to_json()))
+    }
+
+    /// The whole (not streamed) response.
+    pub fn body(&self, tok: &Tokenizer, c: Collected) -> Value {
+        let n = self.n;
+        let choices: Vec<Value> = c
+            .choices
+            .into_iter()
+            .enumerate()
+            .map(|(i, choice)| {
+                let lp = match self.logprobs {
+                    Some(top_n) => {
+                        let mut lp = CompletionLogprobs::default();
+                        let prompt = match self.echo_logprobs {
+                            true => c.prompt_positions[i / n].as_slice(),
+                            false => &[],
+                        };
+                        for x in prompt.iter().chain(&choice.logprobs) {
+                            lp.push(tok, x, top_n);
+                        }
+                        lp.to_json()
+                    }
+                    None => Value::Null,
+                };
+                json!({
+                    "index": i,
+                    "text": self.echoes[i / n].clone() + &choice.text,
+                    "logprobs": lp,
+                    "finish_reason": choice.finish.reason,
+                    "stop_reason": choice.finish.stop_reason,
+                    "prompt_logprobs": c.prompt_logprobs[i / n],
+                })
+            })
+            .collect();
+        json!({
+            "id": self.head.id,
+            "object": "text_completion",
+            "created": self.head.created,
+            "model": self.head.model,
+            "choices": choices,
+            "usage": c.usage.to_json(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prompt_forms() {
+        assert_eq!(parse_prompts(&json!("a")).unwrap().len(), 1);
+        assert_eq!(parse_prompts(&json!(["a", "b"])).unwrap().len(), 2);
+        assert!(
+            matches!(&parse_prompts(&json!([1, 2, 3])).unwrap()[0], Prompt::Ids(v) if v == &[1, 2, 3])
+        );
+        assert_eq!(parse_prompts(&json!([[1], [2, 3]])).unwrap().len(), 2);
+        assert!(parse_prompts(&json!([])).is_err());
+        assert!(parse_prompts(&json!([1, "a"])).is_err());
+        assert!(parse_prompts(&json!(5)).is_err());
+        assert!(parse_prompts(&json!([-1])).is_err());
+    }
+}

@@ -1,0 +1,259 @@
+//! Request intake shared by every endpoint: a body read into its typed request (a JSON
+//! object; the error names the first mistyped field in body order), `stream_options`, and
+//! the documented OpenAI/vLLM fields this server does not honour, refused by name instead of
+//! silently ignored.
+use crate::errors::ApiError;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+#[derive(Debug, Default)]
+pub struct StreamOptions {
+    pub include_usage: bool,
+}
+
+/// A JSON object only (serde's derive would also read it from the sequence of its fields).
+impl<'de> Deserialize<'de> for StreamOptions {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Fields {
+            #[serde(default)]
+            include_usage: bool,
+        }
+        struct Object;
+        impl<'de> serde::de::Visitor<'de> for Object {
+            type Value = Fields;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Fields, A::Error> {
+                Fields::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+            }
+        }
+        let fields = d.deserialize_map(Object)?;
+        Ok(StreamOptions {
+            include_usage: fields.include_usage,
+        })
+    }
+}
+
+/// A documented request field that the server does not honour: a request that sets it to
+/// anything but a neutral value is refused, naming it.
+pub struct Unhonoured {
+    pub field: &'static str,
+    /// The values that ask for nothing (null always does).
+    pub neutral: fn(&Value) -> bool,
+    /// Why, as the refusal says it.
+    pub why: &'static str,
+}
+
+pub fn never(_: &Value) -> bool {
+    false
+}
+pub fn empty_or_false(v: &Value) -> bool {
+    matches!(v, Value::Bool(false)) || v.as_array().is_some_and(Vec::is_empty)
+}
+pub fn zero(v: &Value) -> bool {
+    v.as_f64() == Some(0.0)
+}
+pub fn text_format(v: &Value) -> bool {
+    v.get("type").and_then(Value::as_str) == Some("text")
+}
+pub fn no_tool(v: &Value) -> bool {
+    v.as_str() == Some("none")
+}
+pub fn text_modality(v: &Value) -> bool {
+    v.as_array()
+        .is_some_and(|a| a.iter().all(|m| m.as_str() == Some("text")))
+}
+
+const STRUCTURED: &str = "structured outputs are not implemented by this server yet";
+const TOOLS: &str = "tool calling is not implemented by this server yet";
+const VLLM: &str = "this vLLM extension is not implemented by this server yet";
+
+/// vLLM's and OpenAI's sampling-side fields that neither generate endpoint honours.
+macro_rules! unhonoured {
+    ($($field:literal => $neutral:expr, $why:expr;)*) => {
+        &[$(Unhonoured { field: $field, neutral: $neutral, why: $why }),*]
+    };
+}
+
+pub const CHAT_UNHONOURED: &[Unhonoured] = unhonoured! {
+    "response_format" => text_format, STRUCTURED;
+    "structured_outputs" => never, STRUCTURED;
+    "guided_json" => never, STRUCTURED;
+    "guided_regex" => never, STRUCTURED;
+    "guided_choice" => never, STRUCTURED;
+    "guided_grammar" => never, STRUCTURED;
+    "structural_tag" => never, STRUCTURED;
+    "tools" => empty_or_false, TOOLS;
+    "tool_choice" => no_tool, TOOLS;
+    "functions" => empty_or_false, TOOLS;
+    "function_call" => no_tool, TOOLS;
+    "reasoning_effort" => never, "reasoning output is not implemented by this server yet";
+    "audio" => never, "audio output is not supported";
+    "modalities" => text_modality, "only text output is supported";
+    "prediction" => never, "predicted outputs are not implemented by this server";
+    "web_search_options" => never, "web search is not supported";
+    "echo" => empty_or_false, VLLM;
+    "return_tokens_as_token_ids" => empty_or_false, VLLM;
+    "return_token_ids" => empty_or_false, VLLM;
+    "allowed_token_ids" => never, VLLM;
+    "bad_words" => empty_or_false, VLLM;
+    "truncate_prompt_tokens" => never, VLLM;
+    "priority" => zero, VLLM;
+    "cache_salt" => never, VLLM;
+    "logits_processors" => empty_or_false, VLLM;
+    "kv_transfer_params" => never, VLLM;
+    "vllm_xargs" => never, VLLM;
+    "mm_processor_kwargs" => never, "multimodal inputs are not supported";
+};
+
+pub const COMPLETION_UNHONOURED: &[Unhonoured] = unhonoured! {
+    "response_format" => text_format, STRUCTURED;
+    "structured_outputs" => never, STRUCTURED;
+    "guided_json" => never, STRUCTURED;
+    "guided_regex" => never, STRUCTURED;
+    "guided_choice" => never, STRUCTURED;
+    "guided_grammar" => never, STRUCTURED;
+    "structural_tag" => never, STRUCTURED;
+    "return_tokens_as_token_ids" => empty_or_false, VLLM;
+    "return_token_ids" => empty_or_false, VLLM;
+    "allowed_token_ids" => never, VLLM;
+    "bad_words" => empty_or_false, VLLM;
+    "truncate_prompt_tokens" => never, VLLM;
+    "priority" => zero, VLLM;
+    "cache_salt" => never, VLLM;
+    "logits_processors" => empty_or_false, VLLM;
+    "kv_transfer_params" => never, VLLM;
+    "vllm_xargs" => never, VLLM;
+    "prompt_embeds" => never, "prompt embeddings are not supported";
+};
+
+/// A request body: a JSON object. Its error names the first mistyped field in body order.
+pub trait RequestBody: DeserializeOwned {
+    /// Readers of the `#[serde(flatten)]`ed groups, whose errors serde reports without a path.
+    const GROUPS: &'static [FieldError] = &[];
+    /// The documented fields it refuses (see `Unhonoured`).
+    const UNHONOURED: &'static [Unhonoured] = &[];
+}
+
+/// The path and message of the error reading a value as some type, if any.
+pub type FieldError = fn(&Value) -> Option<(String, String)>;
+
+pub fn field_error<T: DeserializeOwned>(v: &Value) -> Option<(String, String)> {
+    serde_path_to_error::deserialize::<_, T>(v)
+        .err()
+        .map(|e| (e.path().to_string(), e.into_inner().to_string()))
+}
+
+fn check_unhonoured(list: &[Unhonoured], fields: &Map<String, Value>) -> Result<(), ApiError> {
+    for u in list {
+        match fields.get(u.field) {
+            Some(v) if !v.is_null() && !(u.neutral)(v) => {
+                return Err(ApiError::bad_param(
+                    u.field,
+                    format!("{} is not supported: {}.", u.field, u.why),
+                ))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The body (already within the size limit) as the typed request.
+pub fn parse_body<T: RequestBody>(bytes: &[u8]) -> Result<T, ApiError> {
+    let value: Value = serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::bad(format!("Invalid JSON body: {e}")))?;
+    let Some(fields) = value.as_object() else {
+        return Err(ApiError::bad(
+            "Invalid request: the body must be a JSON object.",
+        ));
+    };
+    let (path, inner) = match serde_path_to_error::deserialize(&value) {
+        Ok(v) => {
+            check_unhonoured(T::UNHONOURED, fields)?;
+            return Ok(v);
+        }
+        Err(e) => (e.path().to_string(), e.into_inner().to_string()),
+    };
+    // The field first in the body of those mistyped is `param` (the message has the path,
+    // e.g. `stop_token_ids[1]: invalid value: ...`); else serde's error has no field (a
+    // missing one).
+    let field = |p: &str| {
+        let name = p.split(['.', '[']).next().filter(|n| !n.is_empty())?;
+        Some((fields.keys().position(|k| k == name)?, name.to_string()))
+    };
+    let first = T::GROUPS
+        .iter()
+        .filter_map(|read| read(&value))
+        .chain([(path, inner.clone())])
+        .filter_map(|(p, m)| Some((field(&p)?, p, m)))
+        .min_by_key(|((i, _), ..)| *i);
+    Err(match first {
+        Some(((_, name), p, m)) => ApiError::bad_param(&name, format!("Invalid request: {p}: {m}")),
+        None => ApiError::bad(format!("Invalid request: {inner}")),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Deserialize)]
+    struct Req {
+        #[allow(dead_code)]
+        n: Option<i64>,
+    }
+    impl RequestBody for Req {
+        const UNHONOURED: &'static [Unhonoured] = CHAT_UNHONOURED;
+    }
+
+    fn err(body: &str) -> ApiError {
+        parse_body::<Req>(body.as_bytes()).unwrap_err()
+    }
+
+    #[test]
+    fn mistyped_and_refused_fields_are_named() {
+        let e = err(r#"{"n": "x"}"#);
+        assert_eq!(e.body()["error"]["param"], "n");
+        assert!(
+            e.to_string()
+                .starts_with("Invalid request: n: invalid type"),
+            "{e}"
+        );
+        let e = err(r#"{"response_format": {"type": "json_object"}}"#);
+        assert_eq!(e.body()["error"]["param"], "response_format");
+        assert_eq!(
+            e.to_string(),
+            "response_format is not supported: structured outputs are not implemented by this \
+             server yet."
+        );
+        assert_eq!(
+            err(r#"{"tool_choice": "required"}"#).body()["error"]["param"],
+            "tool_choice"
+        );
+        assert_eq!(
+            err(r#"{"priority": 3}"#).body()["error"]["param"],
+            "priority"
+        );
+        assert_eq!(
+            err("[1]").to_string(),
+            "Invalid request: the body must be a JSON object."
+        );
+        assert!(err("{").to_string().starts_with("Invalid JSON body: "));
+    }
+
+    #[test]
+    fn neutral_values_ask_for_nothing() {
+        for body in [
+            r#"{"response_format": {"type": "text"}}"#,
+            r#"{"response_format": null, "tools": [], "tool_choice": "none"}"#,
+            r#"{"echo": false, "priority": 0, "modalities": ["text"], "bad_words": []}"#,
+            r#"{"user": "u", "metadata": {"a": "b"}, "unknown_field": 1}"#,
+        ] {
+            assert!(parse_body::<Req>(body.as_bytes()).is_ok(), "{body}");
+        }
+    }
+}
