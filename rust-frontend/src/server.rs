@@ -155,6 +155,8 @@ pub async fn build_state(args: &ServeArgs) -> anyhow::Result<Arc<AppState>> {
             eos_token: info.eos_token.clone(),
             eos_token_ids: info.eos_token_ids.clone().into(),
             max_num_seqs: info.max_num_seqs,
+            hidden_size: info.hidden_size,
+            lowercase_inputs: info.lowercase_inputs,
         },
         model_info: info,
         metrics,

@@ -286,6 +286,8 @@ pub fn state(engine: Arc<FakeEngine>) -> Arc<AppState> {
             eos_token: String::new(),
             eos_token_ids: vec![EOS].into(),
             max_num_seqs: 0,
+            hidden_size: 0,
+            lowercase_inputs: false,
         },
         model_info: pb::ModelInfo {
             eos_token_ids: vec![EOS],
@@ -302,6 +304,7 @@ pub fn embed_state(engine: Arc<FakeEngine>) -> Arc<AppState> {
     let mut st = Arc::try_unwrap(state(engine)).ok().expect("a fresh state");
     st.model_info.kind = pb::model_info::Kind::Embed as i32;
     st.api.embed = true;
+    st.api.hidden_size = 3;
     st.model_info.hidden_size = 3;
     Arc::new(st)
 }

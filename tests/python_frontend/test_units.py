@@ -8,24 +8,28 @@ from typing import Any
 import orjson
 import pytest
 
-from hybridllm.entrypoints.openai.errors import ApiError
-from hybridllm.entrypoints.openai.protocol import (
-    ChatCompletionRequest,
-    DetokenizeRequest,
-    Struct,
-    parse_body,
-)
-from hybridllm.entrypoints.openai.validation import _num, validate
 from hybridllm import _api
 from hybridllm.text.chat_template import ChatTemplateError, render_chat
 
 HI = [{"role": "user", "content": "hi"}]
 
 
-def error_of(cls: type[Struct], value: Any) -> ApiError:
-    with pytest.raises(ApiError) as e:
-        parse_body(cls, orjson.dumps(value))
-    return e.value
+def chat_error_of(value: Any) -> dict[str, Any]:
+    """The core's refusal of a chat body, as the fallback (and the Rust frontend) answer it."""
+    with pytest.raises(_api.ApiError) as e:
+        _api.ChatCall(_context(), orjson.dumps(value))
+    status, body, headers = e.value.args
+    assert status == 400 and headers == []
+    return orjson.loads(body)["error"]
+
+
+def _context() -> _api.Context:
+    tok = _api.Tokenizer.from_str(_word_tokenizer(["hi", "there"]))
+    return _api.Context(
+        tokenizer=tok, template=_api.ChatTemplate("{{ messages[0].content }}"),
+        served_names=["m"], max_model_len=16, vocab_size=2, max_tokens_limit=None,
+        max_beam_width=4, embed=False, bos_token="", eos_token="", eos_token_ids=[1],
+        max_num_seqs=8, hidden_size=0, lowercase_inputs=False)
 
 
 @pytest.mark.parametrize("value,param", [
@@ -45,43 +49,46 @@ def error_of(cls: type[Struct], value: Any) -> ApiError:
     (None, None),
 ])
 def test_param_is_the_first_mistyped_field(value: Any, param: str | None) -> None:
-    e = error_of(ChatCompletionRequest, value)
-    assert (e.status, e.param) == (400, param)
-    assert e.message.startswith("Invalid request: ")
+    e = chat_error_of(value)
+    assert e["param"] == param
+    assert e["message"].startswith("Invalid request: ")
 
 
 def test_missing_field_is_named_in_the_message() -> None:
-    e = error_of(DetokenizeRequest, {})
-    assert e.param is None and "tokens" in e.message
-    assert error_of(DetokenizeRequest, {"temperature": "x"}).param is None  # no field of it
+    def detokenize_error(value: Any) -> dict[str, Any]:
+        with pytest.raises(_api.ApiError) as e:
+            _api.detokenize(_context(), orjson.dumps(value))
+        return orjson.loads(e.value.args[1])["error"]
+
+    e = detokenize_error({})
+    assert e["param"] is None and "tokens" in e["message"]
+    assert detokenize_error({"temperature": "x"})["param"] is None  # no field of it
 
 
 def test_stream_options_forms() -> None:
+    ctx = _context()
+
+    def plan(v: Any) -> _api.Response:
+        body = {"messages": HI, "stream": True, "stream_options": v}
+        return _api.ChatCall(ctx, orjson.dumps(body)).plan([0])[1]
+
     def usage(v: Any) -> bool:
-        o = ChatCompletionRequest.model_validate({"messages": HI, "stream_options": v})
-        return o.stream_options is not None and o.stream_options.include_usage
+        return plan(v).closing() is not None  # the usage chunk closes the stream
 
     assert [usage(v) for v in ({"include_usage": True}, {}, None)] == [True, False, False]
     for v in ([True], []):  # serde's struct-from-sequence is no longer taken
-        assert error_of(ChatCompletionRequest, {"messages": HI, "stream_options": v}).param == \
-            "stream_options"
+        assert chat_error_of({"messages": HI, "stream_options": v})["param"] == "stream_options"
 
 
-@pytest.mark.parametrize("x,want", [(3.0, "3"), (2.5, "2.5"), (-2.0, "-2"), (1e-7, "0.0000001"),
-                                    (1e20, "100000000000000000000"), (0.0, "0"), (-0.0, "-0")])
-def test_numbers_in_messages_as_rust_writes_them(x: float, want: str) -> None:
-    assert _num(x) == want
-
-
-def test_validate_sets_only_given_fields() -> None:
-    req = ChatCompletionRequest.model_validate({"messages": HI, "temperature": 0, "seed": 3,
-                                                "logit_bias": {"+5": 1}, "stop": "x"})
-    p = validate(req, None, 100)
-    assert p.sampling.HasField("temperature") and not p.sampling.HasField("top_p")
-    assert (p.sampling.seed, dict(p.sampling.logit_bias), p.stop, p.n) == (3, {5: 1.0}, ["x"], 1)
-    with pytest.raises(ApiError, match=r"^temperature must be in \[0, 2\], got 3\.$"):
-        validate(ChatCompletionRequest.model_validate({"messages": HI, "temperature": 3}),
-                 None, 100)
+def test_unhonoured_fields_are_refused_by_name() -> None:
+    e = chat_error_of({"messages": HI, "response_format": {"type": "json_object"}})
+    assert e == {"message": "response_format is not supported: structured outputs are not "
+                            "implemented by this server yet.", "type": "BadRequestError",
+                 "param": "response_format", "code": 400}
+    assert chat_error_of({"messages": HI, "tools": [{"type": "function"}]})["param"] == "tools"
+    ctx = _context()
+    for neutral in ({"response_format": {"type": "text"}}, {"tools": [], "tool_choice": "none"}):
+        _api.ChatCall(ctx, orjson.dumps({"messages": HI, **neutral}))  # asks for nothing
 
 
 def test_chat_rendering_shared_with_llm_chat() -> None:
@@ -124,3 +131,15 @@ def _word_tokenizer(words: list[str]) -> str:
         "model": {"type": "WordLevel", "vocab": {w: i for i, w in enumerate(words)},
                   "unk_token": words[0]},
     }).decode()
+
+
+def test_engine_request_sets_only_given_fields() -> None:
+    """The core's validated parameters reach the worker's message with unset fields unset
+    (the engine's defaults apply), max_tokens fitted to the context window."""
+    body = {"messages": HI, "temperature": 0, "seed": 3, "logit_bias": {"+1": 1}, "stop": "x"}
+    gen, resp = _api.ChatCall(_context(), orjson.dumps(body)).plan([0, 1])
+    assert gen.sampling() == {"n": 1, "temperature": 0.0, "seed": 3, "max_tokens": 14,
+                              "logit_bias": {1: 1.0}}
+    assert (gen.stop, gen.n, gen.beam(), resp.stream) == (["x"], 1, None, False)
+    e = chat_error_of({"messages": HI, "temperature": 3})
+    assert e["message"] == "temperature must be in [0, 2], got 3." and e["param"] == "temperature"

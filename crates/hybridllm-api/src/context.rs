@@ -29,6 +29,10 @@ pub struct ApiContext {
     pub eos_token_ids: Arc<[u32]>,
     /// The engine's `--max-num-seqs` (0: the worker did not say).
     pub max_num_seqs: u32,
+    /// An embedding model's vector size (`dimensions` must equal it).
+    pub hidden_size: u32,
+    /// The embedding model's tokenizer expects lowercased text (BERT uncased).
+    pub lowercase_inputs: bool,
 }
 
 impl ApiContext {

@@ -43,6 +43,21 @@ impl ApiError {
             param: Some(param.to_string()),
         }
     }
+    /// The kind of refusal a shell names by its status code (its own limits, an engine
+    /// error it mapped): the body and headers are then the core's.
+    pub fn with_status(status: u16, message: String, param: Option<String>) -> Self {
+        match status {
+            400 => ApiError::BadRequest { message, param },
+            401 => ApiError::Unauthorized(message),
+            404 => ApiError::NotFound(message),
+            415 => ApiError::UnsupportedMediaType(message),
+            429 => ApiError::TooManyRequests(message),
+            431 => ApiError::HeadersTooLarge(message),
+            503 => ApiError::Unavailable(message),
+            _ => ApiError::Internal(message),
+        }
+    }
+
     pub fn model_not_found(model: &str) -> Self {
         ApiError::NotFound(format!("The model `{model}` does not exist."))
     }

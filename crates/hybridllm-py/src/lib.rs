@@ -1,14 +1,35 @@
 //! `hybridllm._api`: the API core for the Python side of hybridllm (the fallback frontend and
 //! the offline `LLM`), so that its rules (chat prompts, detokenization, stop strings, finish
 //! reasons, errors) are the Rust frontend's own code, not a copy. Only conversion lives here.
+use hybridllm_api::aggregate::Collector;
+use hybridllm_api::chat::{ChatCall as CoreChatCall, ChatRequest, ChatResponse};
+use hybridllm_api::completions::{
+    CompletionCall as CoreCompletionCall, CompletionRequest, CompletionResponse, Prompt,
+};
+use hybridllm_api::context::ApiContext;
+use hybridllm_api::embeddings::{
+    EmbeddingCall as CoreEmbeddingCall, EmbeddingRequest,
+    EmbeddingResponse as CoreEmbeddingResponse,
+};
+use hybridllm_api::engine_io::{PositionLogprobs, PromptInfo, TokenLogprob};
 use hybridllm_api::errors::ApiError as CoreError;
+use hybridllm_api::request::parse_body;
+use hybridllm_api::response_store::ResponseStore as CoreStore;
+use hybridllm_api::responses::input::ResponsesRequest;
+use hybridllm_api::responses::{
+    self as core_responses, ResponsesCall as CoreResponsesCall,
+    ResponsesResponse as CoreResponsesResponse,
+};
 use hybridllm_api::sequence_text::{EngineFinish, SequenceText as CoreSequenceText};
 use hybridllm_api::text::chat_template::ChatTemplate as CoreTemplate;
 use hybridllm_api::text::tokenizer::{DecodeOpts, Tokenizer as CoreTokenizer};
+use hybridllm_api::text_deltas::{GenEvent, SeqOutput};
+use hybridllm_api::tokenize::{DetokenizeRequest, TokenizeCall, TokenizeRequest};
+use hybridllm_api::validation::GenRequest;
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyInt, PyString};
+use pyo3::types::{PyBytes, PyDict, PyInt, PyString};
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -91,9 +112,6 @@ impl Tokenizer {
 #[pyclass(frozen, module = "hybridllm._api")]
 struct ChatTemplate {
     inner: CoreTemplate,
-    /// The text it was compiled from (what /tokenizer_info reports).
-    #[pyo3(get)]
-    source: String,
 }
 
 #[pymethods]
@@ -102,11 +120,14 @@ impl ChatTemplate {
     #[new]
     fn new(source: &str) -> PyResult<Self> {
         CoreTemplate::compile(source)
-            .map(|inner| ChatTemplate {
-                inner,
-                source: source.to_string(),
-            })
+            .map(|inner| ChatTemplate { inner })
             .map_err(PyValueError::new_err)
+    }
+
+    /// The text it was compiled from.
+    #[getter]
+    fn source(&self) -> &str {
+        self.inner.source()
     }
 
     /// Renders prepared messages as they are (no request rules): `input` is the JSON text of
@@ -233,8 +254,800 @@ impl SequenceText {
     }
 }
 
+/// The server facts the API's rules need (`hybridllm_api::context::ApiContext`).
+#[pyclass(frozen, module = "hybridllm._api")]
+struct Context {
+    inner: Arc<ApiContext>,
+}
+
+#[pymethods]
+impl Context {
+    #[new]
+    #[pyo3(signature = (*, tokenizer, template, served_names, max_model_len, vocab_size,
+                        max_tokens_limit, max_beam_width, embed, bos_token, eos_token,
+                        eos_token_ids, max_num_seqs, hidden_size, lowercase_inputs))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        tokenizer: &Tokenizer,
+        template: Option<&ChatTemplate>,
+        served_names: Vec<String>,
+        max_model_len: u32,
+        vocab_size: usize,
+        max_tokens_limit: Option<u32>,
+        max_beam_width: u32,
+        embed: bool,
+        bos_token: String,
+        eos_token: String,
+        eos_token_ids: Vec<u32>,
+        max_num_seqs: u32,
+        hidden_size: u32,
+        lowercase_inputs: bool,
+    ) -> PyResult<Self> {
+        if served_names.is_empty() {
+            return Err(PyValueError::new_err("served_names must not be empty"));
+        }
+        let template = match template {
+            Some(t) => {
+                Some(CoreTemplate::compile(t.inner.source()).map_err(PyValueError::new_err)?)
+            }
+            None => None,
+        };
+        Ok(Context {
+            inner: Arc::new(ApiContext {
+                tokenizer: tokenizer.inner.clone(),
+                template,
+                served_names,
+                max_model_len,
+                vocab_size,
+                max_tokens_limit,
+                max_beam_width,
+                embed,
+                bos_token,
+                eos_token,
+                eos_token_ids: eos_token_ids.into(),
+                max_num_seqs,
+                hidden_size,
+                lowercase_inputs,
+            }),
+        })
+    }
+}
+
+/// One engine request as the shell sends it: the prompt's ids, and the sampling (or beam
+/// search) parameters as the keyword arguments of the worker's messages.
+#[pyclass(frozen, module = "hybridllm._api")]
+struct EngineRequest {
+    #[pyo3(get)]
+    request_id: String,
+    #[pyo3(get)]
+    prompt_ids: Vec<u32>,
+    #[pyo3(get)]
+    max_tokens: u32,
+    #[pyo3(get)]
+    n: u32,
+    #[pyo3(get)]
+    stop: Vec<String>,
+    #[pyo3(get)]
+    include_stop_str_in_output: bool,
+    #[pyo3(get)]
+    skip_special_tokens: bool,
+    #[pyo3(get)]
+    spaces_between_special_tokens: bool,
+    gen: GenRequest,
+}
+
+impl EngineRequest {
+    fn new(gen: GenRequest) -> Self {
+        let p = &gen.params;
+        EngineRequest {
+            request_id: gen.request_id.clone(),
+            prompt_ids: gen.prompt_ids.clone(),
+            max_tokens: gen.max_tokens,
+            n: p.n,
+            stop: p.stop.clone(),
+            include_stop_str_in_output: p.include_stop,
+            skip_special_tokens: p.decode.skip_special_tokens,
+            spaces_between_special_tokens: p.decode.spaces_between_special_tokens,
+            gen,
+        }
+    }
+}
+
+#[pymethods]
+impl EngineRequest {
+    /// The set fields of SamplingParams (max_tokens included), by their message names.
+    fn sampling<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = &self.gen.params.sampling;
+        let d = PyDict::new(py);
+        macro_rules! set {
+            ($($f:ident),*) => {$(if let Some(v) = s.$f { d.set_item(stringify!($f), v)?; })*};
+        }
+        set!(
+            n,
+            temperature,
+            top_p,
+            top_k,
+            min_p,
+            presence_penalty,
+            frequency_penalty,
+            repetition_penalty,
+            seed,
+            min_tokens,
+            ignore_eos,
+            logprobs,
+            prompt_logprobs
+        );
+        d.set_item("max_tokens", self.gen.max_tokens)?;
+        if !s.stop_token_ids.is_empty() {
+            d.set_item("stop_token_ids", s.stop_token_ids.clone())?;
+        }
+        if !s.logit_bias.is_empty() {
+            d.set_item("logit_bias", s.logit_bias.clone())?;
+        }
+        Ok(d)
+    }
+
+    /// BeamSearchParams' fields (max_tokens included), or None: not a beam search.
+    fn beam<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let Some(b) = &self.gen.params.beam else {
+            return Ok(None);
+        };
+        let d = PyDict::new(py);
+        d.set_item("beam_width", b.beam_width)?;
+        d.set_item("max_tokens", self.gen.max_tokens)?;
+        d.set_item("ignore_eos", b.ignore_eos)?;
+        d.set_item("length_penalty", b.length_penalty)?;
+        d.set_item("include_stop_str_in_output", b.include_stop_str_in_output)?;
+        Ok(Some(d))
+    }
+}
+
+/// A worker message's logprobs (protobuf objects, read by attribute) in the core's types.
+fn token_logprob(t: &Bound<'_, PyAny>) -> PyResult<TokenLogprob> {
+    Ok(TokenLogprob {
+        token_id: t.getattr("token_id")?.extract()?,
+        logprob: t.getattr("logprob")?.extract()?,
+        rank: t.getattr("rank")?.extract()?,
+    })
+}
+
+fn positions(lps: &Bound<'_, PyAny>) -> PyResult<Vec<PositionLogprobs>> {
+    let mut out = vec![];
+    for p in lps.try_iter()? {
+        let p = p?;
+        let has_token: bool = p.call_method1("HasField", ("token",))?.extract()?;
+        let token = match has_token {
+            true => Some(token_logprob(&p.getattr("token")?)?),
+            false => None,
+        };
+        let mut top = vec![];
+        for t in p.getattr("top")?.try_iter()? {
+            top.push(token_logprob(&t?)?);
+        }
+        out.push(PositionLogprobs { token, top });
+    }
+    Ok(out)
+}
+
+fn stop_reason_value(v: &Bound<'_, PyAny>) -> PyResult<Value> {
+    if v.is_none() {
+        Ok(Value::Null)
+    } else if let Ok(s) = v.extract::<String>() {
+        Ok(Value::String(s))
+    } else {
+        Ok(serde_json::json!(v.extract::<u64>()?))
+    }
+}
+
+/// One output as the shell's SequenceText made it.
+fn seq_output(
+    index: u32,
+    text: String,
+    num_tokens: usize,
+    logprobs: &Bound<'_, PyAny>,
+    finish_reason: Option<String>,
+    stop_reason: &Bound<'_, PyAny>,
+) -> PyResult<SeqOutput> {
+    let finish = match finish_reason.as_deref() {
+        None => None,
+        Some(r) => Some(hybridllm_api::sequence_text::Finish {
+            reason: match r {
+                "stop" => "stop",
+                "length" => "length",
+                "abort" => "abort",
+                other => {
+                    return Err(PyValueError::new_err(format!(
+                        "unknown finish reason {other:?}"
+                    )))
+                }
+            },
+            stop_reason: stop_reason_value(stop_reason)?,
+        }),
+    };
+    Ok(SeqOutput {
+        index,
+        text,
+        num_tokens,
+        logprobs: positions(logprobs)?,
+        finish,
+    })
+}
+
+enum Kind {
+    Chat(ChatResponse),
+    Completion(CompletionResponse),
+}
+
+/// The response of one request, fed with its engine events as the shell receives them:
+/// streamed, each event gives its SSE frames; not streamed, `body()` at the end.
+#[pyclass(module = "hybridllm._api")]
+struct Response {
+    kind: Kind,
+    tokenizer: Arc<hybridllm_api::text::tokenizer::Tokenizer>,
+    /// Not streamed: the events collected.
+    collector: Option<Collector>,
+    #[pyo3(get)]
+    stream: bool,
+    #[pyo3(get)]
+    n: usize,
+}
+
+impl Response {
+    fn new(ctx: &ApiContext, kind: Kind, prompt_lens: Vec<usize>) -> Self {
+        let (stream, n) = match &kind {
+            Kind::Chat(r) => (r.stream, r.n as usize),
+            Kind::Completion(r) => (r.stream, r.n),
+        };
+        Response {
+            kind,
+            tokenizer: ctx.tokenizer.clone(),
+            collector: (!stream).then(|| Collector::new(n, prompt_lens)),
+            stream,
+            n,
+        }
+    }
+
+    fn feed<'py>(&mut self, py: Python<'py>, p: usize, ev: GenEvent) -> Vec<Bound<'py, PyBytes>> {
+        if let Some(c) = &mut self.collector {
+            c.push(&self.tokenizer, p, ev);
+            return vec![];
+        }
+        let frames = match &mut self.kind {
+            Kind::Chat(r) => r.event(&self.tokenizer, p, &ev).into_iter().collect(),
+            Kind::Completion(r) => r.event(&self.tokenizer, p, &ev),
+        };
+        frames.iter().map(|f| PyBytes::new(py, f)).collect()
+    }
+}
+
+#[pymethods]
+impl Response {
+    /// The frames before any event (streamed only).
+    fn opening<'py>(&self, py: Python<'py>) -> Vec<Bound<'py, PyBytes>> {
+        if !self.stream {
+            return vec![];
+        }
+        let frames = match &self.kind {
+            Kind::Chat(r) => r.opening(),
+            Kind::Completion(r) => r.opening(),
+        };
+        frames.iter().map(|f| PyBytes::new(py, f)).collect()
+    }
+
+    /// Prompt `p`'s facts (the worker's PromptInfo fields).
+    #[pyo3(signature = (p, prompt_tokens, cached_tokens, prompt_logprobs))]
+    fn prompt<'py>(
+        &mut self,
+        py: Python<'py>,
+        p: usize,
+        prompt_tokens: u32,
+        cached_tokens: u32,
+        prompt_logprobs: &Bound<'py, PyAny>,
+    ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
+        let info = PromptInfo {
+            prompt_tokens,
+            cached_tokens,
+            prompt_logprobs: positions(prompt_logprobs)?,
+            queue_time_s: 0.0,
+        };
+        Ok(self.feed(py, p, GenEvent::Prompt(info)))
+    }
+
+    /// One output of sequence `index` of prompt `p` (SequenceText's text and finish).
+    #[pyo3(signature = (p, index, text, num_tokens, logprobs, finish_reason, stop_reason))]
+    #[allow(clippy::too_many_arguments)]
+    fn output<'py>(
+        &mut self,
+        py: Python<'py>,
+        p: usize,
+        index: u32,
+        text: String,
+        num_tokens: usize,
+        logprobs: &Bound<'py, PyAny>,
+        finish_reason: Option<String>,
+        stop_reason: &Bound<'py, PyAny>,
+    ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
+        let out = seq_output(
+            index,
+            text,
+            num_tokens,
+            logprobs,
+            finish_reason,
+            stop_reason,
+        )?;
+        Ok(self.feed(py, p, GenEvent::Output(out)))
+    }
+
+    /// The last frame (the usage, when asked for).
+    fn closing<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyBytes>> {
+        let f = match &self.kind {
+            Kind::Chat(r) => r.closing(),
+            Kind::Completion(r) => r.closing(),
+        };
+        f.map(|f| PyBytes::new(py, &f))
+    }
+
+    /// The whole response body (JSON) of a request that is not streamed.
+    fn body<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let c = self
+            .collector
+            .take()
+            .ok_or_else(|| PyValueError::new_err("body() is for a response not streamed, once"))?
+            .finish();
+        let v = match &self.kind {
+            Kind::Chat(r) => r.body(&self.tokenizer, c),
+            Kind::Completion(r) => r.body(&self.tokenizer, c),
+        };
+        Ok(PyBytes::new(
+            py,
+            &serde_json::to_vec(&v).unwrap_or_default(),
+        ))
+    }
+}
+
+/// POST /v1/chat/completions's body, valid and its prompt rendered (raises ApiError).
+#[pyclass(module = "hybridllm._api")]
+struct ChatCall {
+    ctx: Arc<ApiContext>,
+    call: Option<CoreChatCall>,
+    #[pyo3(get)]
+    prompt: String,
+    #[pyo3(get)]
+    add_special_tokens: bool,
+}
+
+#[pymethods]
+impl ChatCall {
+    #[new]
+    fn new(py: Python<'_>, ctx: &Context, body: &[u8]) -> PyResult<Self> {
+        let inner = ctx.inner.clone();
+        let call = py
+            .detach(|| parse_body::<ChatRequest>(body).and_then(|r| CoreChatCall::new(&inner, r)))
+            .map_err(api_error)?;
+        Ok(ChatCall {
+            prompt: call.prompt.clone(),
+            add_special_tokens: call.add_special_tokens,
+            ctx: inner,
+            call: Some(call),
+        })
+    }
+
+    /// The engine request for the prompt's ids, and its response.
+    fn plan(&mut self, ids: Vec<u32>) -> PyResult<(EngineRequest, Response)> {
+        let call = self
+            .call
+            .take()
+            .ok_or_else(|| PyValueError::new_err("plan() once"))?;
+        let (gen, resp) = call.plan(&self.ctx, ids).map_err(api_error)?;
+        let lens = vec![gen.prompt_ids.len()];
+        Ok((
+            EngineRequest::new(gen),
+            Response::new(&self.ctx, Kind::Chat(resp), lens),
+        ))
+    }
+}
+
+/// POST /v1/completions's body, valid (raises ApiError); `prompts` are strings to tokenize
+/// (with `add_special_tokens`) or token id lists.
+#[pyclass(module = "hybridllm._api")]
+struct CompletionCall {
+    ctx: Arc<ApiContext>,
+    call: Option<CoreCompletionCall>,
+    #[pyo3(get)]
+    add_special_tokens: bool,
+}
+
+#[pymethods]
+impl CompletionCall {
+    #[new]
+    fn new(py: Python<'_>, ctx: &Context, body: &[u8]) -> PyResult<Self> {
+        let inner = ctx.inner.clone();
+        let call = py
+            .detach(|| {
+                parse_body::<CompletionRequest>(body)
+                    .and_then(|r| CoreCompletionCall::new(&inner, r))
+            })
+            .map_err(api_error)?;
+        Ok(CompletionCall {
+            add_special_tokens: call.add_special_tokens,
+            ctx: inner,
+            call: Some(call),
+        })
+    }
+
+    #[getter]
+    fn prompts<'py>(&self, py: Python<'py>) -> PyResult<Vec<Py<PyAny>>> {
+        let call = self
+            .call
+            .as_ref()
+            .ok_or_else(|| PyValueError::new_err("planned already"))?;
+        call.prompts
+            .iter()
+            .map(|p| match p {
+                Prompt::Text(t) => Ok(PyString::new(py, t).into_any().unbind()),
+                Prompt::Ids(ids) => Ok(ids.clone().into_pyobject(py)?.into_any().unbind()),
+            })
+            .collect()
+    }
+
+    /// One engine request per prompt from the prompts' ids, and the response.
+    fn plan(&mut self, ids: Vec<Vec<u32>>) -> PyResult<(Vec<EngineRequest>, Response)> {
+        let call = self
+            .call
+            .take()
+            .ok_or_else(|| PyValueError::new_err("plan() once"))?;
+        let (gens, resp) = call.plan(&self.ctx, ids).map_err(api_error)?;
+        let lens = resp.prompt_lens.clone();
+        let resp = Response::new(&self.ctx, Kind::Completion(resp), lens);
+        Ok((gens.into_iter().map(EngineRequest::new).collect(), resp))
+    }
+}
+
+/// The error body (JSON) and headers of a refusal the shell makes itself (its HTTP limits, an
+/// engine error it mapped), as the core writes every refusal.
+#[pyfunction]
+#[pyo3(signature = (status, message, param=None))]
+fn error_response(
+    status: u16,
+    message: String,
+    param: Option<String>,
+) -> (u16, String, Vec<(&'static str, &'static str)>) {
+    let e = CoreError::with_status(status, message, param);
+    (
+        e.status().as_u16(),
+        e.body().to_string(),
+        e.header().into_iter().collect(),
+    )
+}
+
+/// The stored `/v1/responses` objects (`store: true`), an LRU of `capacity`.
+#[pyclass(frozen, module = "hybridllm._api")]
+struct ResponseStore {
+    inner: Arc<CoreStore>,
+}
+
+#[pymethods]
+impl ResponseStore {
+    #[new]
+    fn new(capacity: usize) -> Self {
+        ResponseStore {
+            inner: Arc::new(CoreStore::new(capacity)),
+        }
+    }
+
+    /// GET /v1/responses/{id}'s body; raises ApiError.
+    #[pyo3(signature = (id, owner))]
+    fn retrieve(&self, id: &str, owner: Option<&str>) -> PyResult<String> {
+        core_responses::retrieve(&self.inner, id, owner).map_err(api_error)
+    }
+
+    /// DELETE /v1/responses/{id}'s body; raises ApiError.
+    #[pyo3(signature = (id, owner))]
+    fn delete(&self, id: &str, owner: Option<&str>) -> PyResult<String> {
+        core_responses::delete(&self.inner, id, owner)
+            .map(|v| v.to_string())
+            .map_err(api_error)
+    }
+
+    /// GET /v1/responses/{id}/input_items's body, from the query's values; raises ApiError.
+    #[pyo3(signature = (id, owner, order, limit, after))]
+    fn input_items(
+        &self,
+        id: &str,
+        owner: Option<&str>,
+        order: Option<&str>,
+        limit: Option<&str>,
+        after: Option<&str>,
+    ) -> PyResult<String> {
+        core_responses::input_items(&self.inner, id, owner, order, limit, after)
+            .map(|v| v.to_string())
+            .map_err(api_error)
+    }
+}
+
+impl ResponsesCall {
+    fn call(&self) -> PyResult<&CoreResponsesCall> {
+        self.call
+            .as_ref()
+            .ok_or_else(|| PyValueError::new_err("planned already"))
+    }
+}
+
+/// POST /v1/responses's body, valid and its conversation assembled (raises ApiError).
+#[pyclass(module = "hybridllm._api")]
+struct ResponsesCall {
+    ctx: Arc<ApiContext>,
+    store: Arc<CoreStore>,
+    call: Option<CoreResponsesCall>,
+}
+
+#[pymethods]
+impl ResponsesCall {
+    #[new]
+    #[pyo3(signature = (ctx, body, store, owner))]
+    fn new(
+        ctx: &Context,
+        body: &[u8],
+        store: &ResponseStore,
+        owner: Option<String>,
+    ) -> PyResult<Self> {
+        let req = parse_body::<ResponsesRequest>(body).map_err(api_error)?;
+        let call =
+            CoreResponsesCall::new(&ctx.inner, req, &store.inner, owner).map_err(api_error)?;
+        Ok(ResponsesCall {
+            ctx: ctx.inner.clone(),
+            store: store.inner.clone(),
+            call: Some(call),
+        })
+    }
+
+    /// The prompt without the conversation's `first` oldest turns.
+    fn prompt(&self, first: usize) -> PyResult<String> {
+        self.call()?.prompt(&self.ctx, first).map_err(api_error)
+    }
+
+    /// max_tokens when that prompt fits; None: try `first + 1` (auto truncation).
+    fn fit(&self, first: usize, prompt_len: usize) -> PyResult<Option<u32>> {
+        self.call()?
+            .fit(&self.ctx, first, prompt_len)
+            .map_err(api_error)
+    }
+
+    fn plan(
+        &mut self,
+        ids: Vec<u32>,
+        max_tokens: u32,
+    ) -> PyResult<(EngineRequest, ResponsesResponse)> {
+        let call = self
+            .call
+            .take()
+            .ok_or_else(|| PyValueError::new_err("plan() once"))?;
+        let (gen, resp) = call.plan(ids, max_tokens);
+        let collector = (!resp.stream).then(|| Collector::new(1, vec![gen.prompt_ids.len()]));
+        Ok((
+            EngineRequest::new(gen),
+            ResponsesResponse {
+                stream: resp.stream,
+                inner: resp,
+                collector,
+                tokenizer: self.ctx.tokenizer.clone(),
+                store: self.store.clone(),
+            },
+        ))
+    }
+}
+
+/// A Responses request's response, fed with its engine events: streamed, named events to
+/// `take` (`opening` first, `closing` last); not streamed, `body()` at the end.
+#[pyclass(module = "hybridllm._api")]
+struct ResponsesResponse {
+    inner: CoreResponsesResponse,
+    collector: Option<Collector>,
+    tokenizer: Arc<hybridllm_api::text::tokenizer::Tokenizer>,
+    store: Arc<CoreStore>,
+    #[pyo3(get)]
+    stream: bool,
+}
+
+impl ResponsesResponse {
+    fn feed(&mut self, p: usize, ev: GenEvent) {
+        match &mut self.collector {
+            Some(c) => c.push(&self.tokenizer, p, ev),
+            None => self.inner.event(p, &ev),
+        }
+    }
+}
+
+#[pymethods]
+impl ResponsesResponse {
+    fn opening(&mut self) {
+        self.inner.opening();
+    }
+
+    #[pyo3(signature = (p, prompt_tokens, cached_tokens, prompt_logprobs))]
+    fn prompt(
+        &mut self,
+        p: usize,
+        prompt_tokens: u32,
+        cached_tokens: u32,
+        prompt_logprobs: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let info = PromptInfo {
+            prompt_tokens,
+            cached_tokens,
+            prompt_logprobs: positions(prompt_logprobs)?,
+            queue_time_s: 0.0,
+        };
+        self.feed(p, GenEvent::Prompt(info));
+        Ok(())
+    }
+
+    #[pyo3(signature = (p, index, text, num_tokens, logprobs, finish_reason, stop_reason))]
+    #[allow(clippy::too_many_arguments)]
+    fn output(
+        &mut self,
+        p: usize,
+        index: u32,
+        text: String,
+        num_tokens: usize,
+        logprobs: &Bound<'_, PyAny>,
+        finish_reason: Option<String>,
+        stop_reason: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let out = seq_output(
+            index,
+            text,
+            num_tokens,
+            logprobs,
+            finish_reason,
+            stop_reason,
+        )?;
+        self.feed(p, GenEvent::Output(out));
+        Ok(())
+    }
+
+    /// The events written since the last take (None: none).
+    fn take<'py>(&mut self, py: Python<'py>) -> Option<Bound<'py, PyBytes>> {
+        self.inner.take().map(|b| PyBytes::new(py, &b))
+    }
+
+    /// The stream's end when generation failed: an `error` event for the refusal
+    /// (status, message, param) the shell met.
+    #[pyo3(signature = (status, message, param=None))]
+    fn error<'py>(
+        &mut self,
+        py: Python<'py>,
+        status: u16,
+        message: String,
+        param: Option<String>,
+    ) -> Bound<'py, PyBytes> {
+        let e = CoreError::with_status(status, message, param);
+        PyBytes::new(py, &self.inner.error(&e))
+    }
+
+    fn closing<'py>(&mut self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &self.inner.closing(&self.store))
+    }
+
+    fn body(&mut self) -> PyResult<String> {
+        let c = self
+            .collector
+            .take()
+            .ok_or_else(|| PyValueError::new_err("body() is for a response not streamed, once"))?
+            .finish();
+        Ok(self.inner.body(c, &self.store))
+    }
+}
+
+/// POST /v1/embeddings's body, valid (raises ApiError); `plan()` tokenizes its inputs
+/// (without the GIL: call it off the event loop when `text_bytes` is large).
+#[pyclass(module = "hybridllm._api")]
+struct EmbeddingCall {
+    ctx: Arc<ApiContext>,
+    call: Option<CoreEmbeddingCall>,
+    #[pyo3(get)]
+    text_bytes: usize,
+    #[pyo3(get)]
+    normalize: Option<bool>,
+}
+
+#[pymethods]
+impl EmbeddingCall {
+    #[new]
+    fn new(ctx: &Context, body: &[u8]) -> PyResult<Self> {
+        let req = parse_body::<EmbeddingRequest>(body).map_err(api_error)?;
+        let call = CoreEmbeddingCall::new(&ctx.inner, req).map_err(api_error)?;
+        Ok(EmbeddingCall {
+            ctx: ctx.inner.clone(),
+            text_bytes: call.text_bytes(),
+            normalize: call.normalize,
+            call: Some(call),
+        })
+    }
+
+    /// The request id, each input's ids as the worker gets them, and the response.
+    fn plan(&mut self, py: Python<'_>) -> PyResult<(String, Vec<Vec<u32>>, EmbeddingResponse)> {
+        let call = self
+            .call
+            .take()
+            .ok_or_else(|| PyValueError::new_err("plan() once"))?;
+        let ctx = self.ctx.clone();
+        let (ids, resp) = py.detach(move || call.plan(&ctx)).map_err(api_error)?;
+        Ok((resp.id.clone(), ids, EmbeddingResponse { inner: resp }))
+    }
+}
+
+#[pyclass(frozen, module = "hybridllm._api")]
+struct EmbeddingResponse {
+    inner: CoreEmbeddingResponse,
+}
+
+#[pymethods]
+impl EmbeddingResponse {
+    /// The body (JSON) of the worker's vectors, one per input in input order.
+    fn body<'py>(&self, py: Python<'py>, vectors: Vec<Vec<f32>>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &self.inner.body(vectors))
+    }
+}
+
+/// POST /tokenize's body, valid: the text to tokenize and whether with special tokens
+/// (raises ApiError).
+#[pyfunction]
+fn tokenize_call(ctx: &Context, body: &[u8]) -> PyResult<(String, bool)> {
+    let req = parse_body::<TokenizeRequest>(body).map_err(api_error)?;
+    let call = TokenizeCall::new(&ctx.inner, req).map_err(api_error)?;
+    Ok((call.text, call.add_special_tokens))
+}
+
+/// POST /tokenize's response body (JSON) for the ids.
+#[pyfunction]
+fn tokenize_body(ctx: &Context, tokens: Vec<u32>) -> String {
+    TokenizeCall::body(&ctx.inner, &tokens).to_string()
+}
+
+/// POST /detokenize's response body (JSON); raises ApiError.
+#[pyfunction]
+fn detokenize(ctx: &Context, body: &[u8]) -> PyResult<String> {
+    let req = parse_body::<DetokenizeRequest>(body).map_err(api_error)?;
+    hybridllm_api::tokenize::detokenize(&ctx.inner, req)
+        .map(|v| v.to_string())
+        .map_err(api_error)
+}
+
+/// GET /v1/models' body (JSON): `created` when the server started, `root` the model's folder.
+#[pyfunction]
+fn models(ctx: &Context, created: i64, root: &str) -> String {
+    hybridllm_api::tokenize::models(&ctx.inner, created, root).to_string()
+}
+
+/// GET /tokenizer_info's body (JSON): `config` the text of tokenizer_config.json (None: the
+/// tokenizer has none), `path` its name for an error; raises ApiError.
+#[pyfunction]
+#[pyo3(signature = (ctx, path, config))]
+fn tokenizer_info(ctx: &Context, path: &str, config: Option<&str>) -> PyResult<String> {
+    hybridllm_api::tokenize::tokenizer_info(&ctx.inner, path, config)
+        .map(|v| v.to_string())
+        .map_err(api_error)
+}
+
 #[pymodule]
 fn _api(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(tokenizer_info, m)?)?;
+    m.add_function(wrap_pyfunction!(tokenize_call, m)?)?;
+    m.add_function(wrap_pyfunction!(tokenize_body, m)?)?;
+    m.add_function(wrap_pyfunction!(detokenize, m)?)?;
+    m.add_function(wrap_pyfunction!(models, m)?)?;
+    m.add_class::<EmbeddingCall>()?;
+    m.add_class::<EmbeddingResponse>()?;
+    m.add_class::<ResponseStore>()?;
+    m.add_class::<ResponsesCall>()?;
+    m.add_class::<ResponsesResponse>()?;
+    m.add_function(wrap_pyfunction!(error_response, m)?)?;
+    m.add_class::<Context>()?;
+    m.add_class::<EngineRequest>()?;
+    m.add_class::<Response>()?;
+    m.add_class::<ChatCall>()?;
+    m.add_class::<CompletionCall>()?;
     m.add("ApiError", m.py().get_type::<ApiError>())?;
     m.add_class::<Tokenizer>()?;
     m.add_class::<ChatTemplate>()?;

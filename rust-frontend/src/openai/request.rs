@@ -4,7 +4,7 @@
 use crate::errors::{ApiError, HttpError};
 use crate::state::AppState;
 use axum::extract::{FromRequest, Request};
-pub use hybridllm_api::request::{field_error, FieldError, RequestBody};
+pub use hybridllm_api::request::RequestBody;
 use std::sync::Arc;
 
 /// JSON body extractor whose failures are OpenAI error bodies (axum's are plain text):

@@ -7,7 +7,7 @@ use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
-pub use hybridllm_api::sse::{frame, write_named_frame, DONE};
+pub use hybridllm_api::sse::{frame, DONE};
 use std::convert::Infallible;
 
 /// Wraps a stream of framed chunks (see `frame`); the stream (and so the engine call) lives

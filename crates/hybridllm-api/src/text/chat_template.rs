@@ -14,6 +14,8 @@ pub struct ChatTemplate {
     env: Environment<'static>,
     /// transformers refuses continue_final_message for templates that never read `content`.
     mentions_content: bool,
+    /// The text it was compiled from, as given (what /tokenizer_info reports).
+    source: String,
 }
 
 /// Everything a render needs besides the template itself.
@@ -102,6 +104,7 @@ pub fn describe(err: &Error) -> String {
 
 impl ChatTemplate {
     pub fn compile(source: &str) -> Result<Self, String> {
+        let given = source.to_string();
         let mut env = Environment::new();
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
@@ -140,7 +143,12 @@ impl ChatTemplate {
         Ok(ChatTemplate {
             env,
             mentions_content,
+            source: given,
         })
+    }
+
+    pub fn source(&self) -> &str {
+        &self.source
     }
 
     /// Renders the prompt; the error text is what the client sees (400).

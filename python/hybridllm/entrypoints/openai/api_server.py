@@ -19,7 +19,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
-from tokenizers import Tokenizer as HfTokenizer
 
 from hybridllm import _api
 from hybridllm.entrypoints.engine_client import EngineClient
@@ -36,9 +35,9 @@ from hybridllm.entrypoints.openai.disconnect import ClientDisconnected
 from hybridllm.entrypoints.openai.errors import UNAUTHORIZED, ApiError, internal
 from hybridllm.entrypoints.openai.limits import H11_MAX_HEADER_BLOCK, HeaderLimitMiddleware
 from hybridllm.entrypoints.openai.metrics import Metrics
-from hybridllm.entrypoints.openai.responses_store import ResponseStore
 from hybridllm.entrypoints.openai.state import AppState
 from hybridllm.entrypoints.rust_frontend import ServeOptions, bind_listen_socket, frontend_options
+from hybridllm.proto import engine_pb2 as pb
 from hybridllm.text.chat_template import ChatTemplateError, compile_template
 
 logger = logging.getLogger("hybridllm.frontend")
@@ -72,9 +71,6 @@ async def build_state(engine: EngineClient, options: ServeOptions) -> AppState:
     info = await engine.wait_ready()
     tokenizer_path = options.tokenizer_path or info.tokenizer_path
     tokenizer = _api.Tokenizer.from_file(tokenizer_path)
-    encoder = HfTokenizer.from_file(tokenizer_path)
-    encoder.no_padding()  # as the core's: the server applies the model's limits, never pads
-    encoder.no_truncation()
     source = info.chat_template or None
     if options.chat_template is not None:
         try:
@@ -87,11 +83,18 @@ async def build_state(engine: EngineClient, options: ServeOptions) -> AppState:
         raise RuntimeError(str(e)) from None
     names = list(options.served_model_name) or [info.served_model_name or info.model_path]
     max_model_len = options.max_model_len or info.max_model_len
+    vocab_size = max(info.vocab_size, tokenizer.vocab_size())
+    api = _api.Context(
+        tokenizer=tokenizer, template=template, served_names=names, max_model_len=max_model_len,
+        vocab_size=vocab_size, max_tokens_limit=options.max_tokens_limit,
+        max_beam_width=options.max_beam_width, embed=info.kind == pb.ModelInfo.EMBED,
+        bos_token=info.bos_token, eos_token=info.eos_token,
+        eos_token_ids=list(info.eos_token_ids), max_num_seqs=info.max_num_seqs,
+        hidden_size=info.hidden_size, lowercase_inputs=info.lowercase_inputs)
     state = AppState(
-        options=options, engine=engine, tokenizer=tokenizer, encoder=encoder, template=template,
-        model_info=info, served_names=names, max_model_len=max_model_len,
-        vocab_size=max(info.vocab_size, tokenizer.vocab_size()), metrics=Metrics(),
-        responses=ResponseStore(options.responses_store_size),
+        options=options, engine=engine, api=api, tokenizer=tokenizer, model_info=info,
+        metrics=Metrics(),
+        responses=_api.ResponseStore(options.responses_store_size),
     )
     logger.info("engine ready: model=%s max_model_len=%d", names[0], max_model_len)
     return state

@@ -1,21 +1,28 @@
 """One HTTP request = one engine request per prompt (generate.rs): token deltas become
-text deltas per sequence (incremental detokenization, stop strings, finish reasons), and the
-engine call lives exactly as long as its consumer; closing it early aborts the request."""
+text deltas per sequence (the core's SequenceText: incremental detokenization, stop strings,
+finish reasons), and the engine call lives exactly as long as its consumer; closing it early
+aborts the request. `respond` turns a request's events into the core's response (SSE frames
+or one body)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
+from starlette.requests import Request
+from starlette.responses import Response
+
+from hybridllm import _api
 from hybridllm._api import SequenceText
 from hybridllm.entrypoints.engine_client import EngineCallError
+from hybridllm.entrypoints.openai.disconnect import unless_disconnected
 from hybridllm.entrypoints.openai.errors import from_engine, internal
+from hybridllm.entrypoints.openai.sse import SSEResponse
 from hybridllm.entrypoints.openai.state import AppState
-from hybridllm.entrypoints.openai.validation import GenParams
 from hybridllm.proto import engine_pb2 as pb
 
 logger = logging.getLogger("hybridllm.frontend")
@@ -23,14 +30,6 @@ _RUNNING = pb.FINISH_REASON_UNSPECIFIED
 # The engine's word on a sequence, as the core's SequenceText takes it.
 _ENGINE_FINISH = {_RUNNING: None, pb.FINISH_REASON_STOP: "stop",
                   pb.FINISH_REASON_LENGTH: "length", pb.FINISH_REASON_ABORT: "abort"}
-
-
-@dataclass
-class GenRequest:
-    request_id: str
-    prompt_ids: list[int]
-    params: GenParams
-    max_tokens: int
 
 
 @dataclass
@@ -56,29 +55,24 @@ class GenStream:
     """One started engine call: its events; closing it ends the call (and aborts the request
     if the engine still runs it)."""
 
-    def __init__(self, state: AppState, req: GenRequest) -> None:
-        p, n = req.params, req.params.n
+    def __init__(self, state: AppState, req: _api.EngineRequest) -> None:
+        n = req.n
         if not state.options.disable_log_requests:
             logger.info("generate request_id=%s prompt_tokens=%d max_tokens=%d n=%d "
                         "prompt_ids=%s", req.request_id, len(req.prompt_ids), req.max_tokens, n,
                         req.prompt_ids[: state.options.max_log_len])
         self.state, self.req, self.start, self.last_token = state, req, time.monotonic(), None
-        self.texts = [SequenceText(req.prompt_ids, p.stop, p.include_stop,
-                                   p.skip_special_tokens, p.spaces_between_special_tokens)
+        self.texts = [SequenceText(req.prompt_ids, req.stop, req.include_stop_str_in_output,
+                                   req.skip_special_tokens, req.spaces_between_special_tokens)
                       for _ in range(n)]
         self.finished, self.engine_finished = [False] * n, [False] * n
         state.metrics.in_flight.inc()
         self.cost = len(req.prompt_ids) + n * req.max_tokens  # the router's outstanding tokens
         state.metrics.worker_requests.inc()
         state.metrics.worker_outstanding_tokens.inc(self.cost)
-        sampling = pb.SamplingParams()
-        sampling.CopyFrom(p.sampling)
-        sampling.max_tokens = req.max_tokens
-        beam = None
-        if p.beam is not None:
-            beam = pb.BeamSearchParams()
-            beam.CopyFrom(p.beam)
-            beam.max_tokens = req.max_tokens
+        sampling = pb.SamplingParams(**req.sampling())
+        b = req.beam()
+        beam = pb.BeamSearchParams(**b) if b is not None else None
         self.agen: Any = state.engine.generate(req.request_id, req.prompt_ids, sampling, beam)
         self.first: pb.GenerateResponse | None = None
 
@@ -149,7 +143,7 @@ class GenStream:
 
 
 async def generate_many(state: AppState,
-                        reqs: list[GenRequest]) -> tuple[list[pb.PromptInfo], Events]:
+                        reqs: list[_api.EngineRequest]) -> tuple[list[pb.PromptInfo], Events]:
     """Starts one call per prompt and waits for each one's first message, so a rejected
     request is still an HTTP error rather than an error inside a 200 stream; then merges their
     events by prompt index. The prompts' info is their lengths until the engine's arrives."""
@@ -165,7 +159,7 @@ async def generate_many(state: AppState,
                 s.engine_finished = [True] * len(s.engine_finished)
             await s.close()
         raise
-    return [pb.PromptInfo(prompt_tokens=len(r.prompt_ids)) for r in reqs], _merge(streams)
+    return [pb.PromptInfo(prompt_tokens=len(s.req.prompt_ids)) for s in streams], _merge(streams)
 
 
 async def _merge(streams: list[GenStream]) -> Events:
@@ -196,65 +190,39 @@ async def tokenize(state: AppState, text: str, add_special: bool) -> list[int]:
     return await asyncio.to_thread(state.tokenizer.encode, text, add_special)
 
 
-@dataclass
-class Choice:
-    """One choice of a response, collected from its outputs."""
-
-    text: str = ""
-    tokens: int = 0
-    logprobs: list[pb.PositionLogprobs] = field(default_factory=list)
-    finish: Finish = field(default_factory=lambda: Finish("abort"))
-
-
-def usage_json(prompts: list[pb.PromptInfo], completion: int) -> dict[str, Any]:
-    prompt = sum(p.prompt_tokens for p in prompts)
-    return {"prompt_tokens": prompt, "completion_tokens": completion,
-            "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": sum(p.cached_tokens for p in prompts)}}
+def feed(resp: _api.Response | _api.ResponsesResponse, p: int, ev: Event) -> list[bytes] | None:
+    """One engine event into the core's response (its frames, if it streams them)."""
+    if isinstance(ev, Output):
+        f = ev.finish
+        return resp.output(p, ev.index, ev.text, ev.num_tokens, ev.logprobs,
+                           f.reason if f else None, f.stop_reason if f else None)
+    return resp.prompt(p, ev.prompt_tokens, ev.cached_tokens, ev.prompt_logprobs)
 
 
-async def collect(events: Events, prompts: list[pb.PromptInfo], n: int) -> list[Choice]:
-    """The choices of a whole response (prompt p's i-th at p * n + i)."""
-    choices = [Choice() for _ in range(len(prompts) * n)]
-    async for p, ev in events:
-        if not isinstance(ev, Output):
-            prompts[p] = ev
-            continue
-        c = choices[p * n + ev.index]
-        c.text += ev.text
-        c.tokens += ev.num_tokens
-        c.logprobs += ev.logprobs
-        if ev.finish is not None:
-            c.finish = ev.finish
-    return choices
+async def respond(request: Request, state: AppState, gens: list[_api.EngineRequest],
+                  resp: _api.Response) -> Response:
+    """Runs the engine requests and answers with the core's response of their events."""
+    _, events = await unless_disconnected(request, generate_many(state, gens))
+    if resp.stream:
+        return SSEResponse(_frames(resp, events))
+
+    async def run() -> None:
+        async for p, ev in events:
+            feed(resp, p, ev)
+
+    await unless_disconnected(request, run())
+    return Response(resp.body(), media_type="application/json")
 
 
-async def stream_chunks(head: dict[str, Any], usage: bool, events: Events,
-                        prompts: list[pb.PromptInfo], n: int, want_lp: bool, first: list[Any],
-                        choice: Callable[[int, Output], Any],
-                        on_prompt: Callable[[int, pb.PromptInfo], list[Any]] | None = None,
-                        ) -> AsyncIterator[Any]:
-    """A streamed response: chunks of `head` (id, object, created, model) with the `first`
-    choices, those `on_prompt` makes of a prompt's facts, one per output that carries anything,
-    then the usage if asked for (when every chunk has `usage`, null but on the last)."""
-
-    def chunk(choices: list[Any], u: Any = None) -> dict[str, Any]:
-        return {**head, "choices": choices, **({"usage": u} if usage else {})}
-
-    for c in first:
-        yield chunk([c])
-    completion = 0
+async def _frames(resp: _api.Response, events: Events) -> AsyncIterator[bytes]:
+    for f in resp.opening():
+        yield f
     try:
         async for p, ev in events:
-            if not isinstance(ev, Output):
-                prompts[p] = ev
-                for c in on_prompt(p, ev) if on_prompt else []:
-                    yield chunk([c])
-                continue
-            completion += ev.num_tokens
-            if ev.text or ev.finish is not None or (want_lp and ev.logprobs):
-                yield chunk([choice(p * n + ev.index, ev)])
+            for f in feed(resp, p, ev) or []:
+                yield f
     finally:
         await events.aclose()  # type: ignore[attr-defined]
-    if usage:
-        yield chunk([], usage_json(prompts, completion))
+    last = resp.closing()
+    if last is not None:
+        yield last

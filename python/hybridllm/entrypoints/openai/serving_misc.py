@@ -11,13 +11,12 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from hybridllm import __version__
+from hybridllm import __version__, _api
 from hybridllm.entrypoints.engine_client import EngineCallError
-from hybridllm.entrypoints.openai.errors import bad, json_response
+from hybridllm.entrypoints.openai.body import read_body
+from hybridllm.entrypoints.openai.errors import json_response
 from hybridllm.entrypoints.openai.generate import tokenize as encode
-from hybridllm.entrypoints.openai.prompt import render_prompt
-from hybridllm.entrypoints.openai.protocol import DetokenizeRequest, TokenizeRequest, read_request
-from hybridllm.entrypoints.openai.state import check_model, get_state, new_id
+from hybridllm.entrypoints.openai.state import get_state
 
 router = APIRouter()
 logger = logging.getLogger("hybridllm.frontend")
@@ -26,17 +25,11 @@ logger = logging.getLogger("hybridllm.frontend")
 @router.get("/v1/models")
 async def models(request: Request) -> Response:
     st = get_state(request)
-    data = [{
-        "id": name, "object": "model", "created": st.created, "owned_by": "hybridllm",
-        "root": st.model_info.model_path, "parent": None, "max_model_len": st.max_model_len,
-        "permission": [{
-            "id": new_id("modelperm"), "object": "model_permission", "created": st.created,
-            "allow_create_engine": False, "allow_sampling": True, "allow_logprobs": True,
-            "allow_search_indices": False, "allow_view": True, "allow_fine_tuning": False,
-            "organization": "*", "group": None, "is_blocking": False,
-        }],
-    } for name in st.served_names]
-    return json_response({"object": "list", "data": data})
+    return _json(_api.models(st.api, st.created, st.model_info.model_path))
+
+
+def _json(body: str) -> Response:
+    return Response(body, media_type="application/json")
 
 
 @router.get("/health")
@@ -86,26 +79,13 @@ async def metrics(request: Request) -> Response:
 @router.post("/tokenize")
 async def tokenize(request: Request) -> Response:
     st = get_state(request)
-    req = await read_request(request, TokenizeRequest, st.options.max_request_body_bytes)
-    check_model(st, req.model)
-    if req.prompt is not None and req.messages is None:
-        text, default_special = req.prompt, True
-    elif req.messages is not None and req.prompt is None:
-        text, default_special = render_prompt(st, req.messages, req, True), False
-    else:
-        raise bad("Exactly one of `prompt` or `messages` must be given.")
-    special = default_special if req.add_special_tokens is None else req.add_special_tokens
-    tokens = await encode(st, text, special)
-    return json_response({"count": len(tokens), "max_model_len": st.max_model_len,
-                          "tokens": tokens})
+    body = await read_body(request, st.options.max_request_body_bytes)
+    text, special = _api.tokenize_call(st.api, body)
+    return _json(_api.tokenize_body(st.api, await encode(st, text, special)))
 
 
 @router.post("/detokenize")
 async def detokenize(request: Request) -> Response:
     st = get_state(request)
-    req = await read_request(request, DetokenizeRequest, st.options.max_request_body_bytes)
-    check_model(st, req.model)
-    badid = next((t for t in req.tokens if t >= st.vocab_size), None)
-    if badid is not None:
-        raise bad(f"Token id {badid} is out of vocabulary (size {st.vocab_size}).", "tokens")
-    return json_response({"prompt": st.tokenizer.decode(req.tokens)})
+    body = await read_body(request, st.options.max_request_body_bytes)
+    return _json(_api.detokenize(st.api, body))

@@ -45,7 +45,7 @@ class SSEResponse(StreamingResponse):
 async def _frames(chunks: AsyncIterator[Any]) -> AsyncIterator[bytes]:
     try:
         async for c in chunks:
-            yield frame(c)
+            yield c if isinstance(c, bytes) else frame(c)  # the core's chunks come framed
     except ApiError as e:
         logger.warning("stream failed: %s", e.message)
         yield frame(e.body())

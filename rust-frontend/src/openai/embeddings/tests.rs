@@ -1,9 +1,10 @@
 //! /v1/embeddings through the router against the fake engine: the exact body, base64, what
 //! reaches the engine (truncated ids), and each refusal.
-use super::*;
 use crate::testing::{self, id, FakeEngine};
 use axum::http::StatusCode;
+use base64::Engine as _;
 use serde_json::json;
+use serde_json::Value;
 
 const PATH: &str = "/v1/embeddings";
 

@@ -1,7 +1,7 @@
 //! The response object of the Responses API and its streamed events (OpenAI's shapes for
 //! text-only responses: one assistant `message` item with one `output_text` part).
 use super::input::{new_item_id, ResponsesRequest};
-use hybridllm_api::usage::now;
+use crate::usage::now;
 use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};

@@ -1,7 +1,7 @@
 //! The `/v1/responses` request: its fields, those served only in their text-only form, and
 //! its input items read into stored items and chat messages.
 use crate::errors::ApiError;
-use hybridllm_api::validation::SamplingRequest;
+use crate::validation::SamplingRequest;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
@@ -38,7 +38,7 @@ pub struct ResponsesRequest {
     pub conversation: Option<Value>,
 }
 
-impl super::super::request::RequestBody for ResponsesRequest {}
+impl crate::request::RequestBody for ResponsesRequest {}
 
 const METADATA_KEYS: usize = 16;
 const METADATA_KEY_CHARS: usize = 64;

@@ -1,0 +1,324 @@
+//! POST /v1/embeddings: inputs checked, tokenized and truncated here (the worker only pools),
+//! returned as floats or base64 (little-endian float32, as the openai client decodes it).
+use crate::context::ApiContext;
+use crate::errors::ApiError;
+use crate::request::RequestBody;
+use crate::usage::{new_id, now};
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub const MAX_INPUTS: usize = 2048;
+const BAD_INPUT: &str =
+    "input must be a string, a list of strings, a list of token ids, or a list of token-id lists.";
+
+#[derive(Debug, Deserialize)]
+pub struct EmbeddingRequest {
+    pub model: Option<String>,
+    /// A string, strings, token ids or lists of them (checked by `parse_inputs`).
+    pub input: Value,
+    pub encoding_format: Option<String>,
+    pub dimensions: Option<i64>,
+    #[allow(dead_code)] // accepted, as OpenAI documents it; nothing to do with it
+    pub user: Option<String>,
+    pub truncate_prompt_tokens: Option<i64>,
+    pub add_special_tokens: Option<bool>,
+    pub normalize: Option<bool>,
+}
+
+impl RequestBody for EmbeddingRequest {}
+
+pub enum Input {
+    Text(String),
+    Ids(Vec<i64>),
+}
+
+fn bad_input(message: String) -> ApiError {
+    ApiError::bad_param("input", message)
+}
+
+fn integers(v: &Value) -> Option<Vec<i64>> {
+    v.as_array()?
+        .iter()
+        .map(|x| x.as_i64().or_else(|| x.as_u64().map(|_| i64::MAX)))
+        .collect()
+}
+
+/// The inputs, and whether `input` was a list of them (errors then say `input[i]`).
+pub fn parse_inputs(value: Value, vocab: usize) -> Result<(Vec<Input>, bool), ApiError> {
+    let is_int = |x: &Value| x.is_i64() || x.is_u64();
+    let (inputs, listed): (Vec<Value>, bool) = match value {
+        Value::String(_) => (vec![value], false),
+        Value::Array(a) if a.is_empty() => {
+            return Err(bad_input("input must not be empty.".into()))
+        }
+        Value::Array(a) if a.iter().all(is_int) => (vec![Value::Array(a)], false),
+        Value::Array(a) if a.iter().all(Value::is_string) || a.iter().all(Value::is_array) => {
+            (a, true)
+        }
+        _ => return Err(bad_input(BAD_INPUT.into())),
+    };
+    if inputs.len() > MAX_INPUTS {
+        return Err(bad_input(format!(
+            "input holds {} inputs; at most {MAX_INPUTS} are allowed per request.",
+            inputs.len()
+        )));
+    }
+    let mut out = Vec::with_capacity(inputs.len());
+    for (i, item) in inputs.into_iter().enumerate() {
+        let at = if listed {
+            format!("input[{i}]")
+        } else {
+            "input".into()
+        };
+        if let Value::String(s) = item {
+            if s.is_empty() {
+                return Err(bad_input(format!("{at} must not be an empty string.")));
+            }
+            out.push(Input::Text(s));
+            continue;
+        }
+        let Some(ids) = integers(&item) else {
+            return Err(bad_input(format!(
+                "{at} must be a list of token ids (integers)."
+            )));
+        };
+        if ids.is_empty() {
+            return Err(bad_input(format!(
+                "{at} must not be an empty list of token ids."
+            )));
+        }
+        // A u64 over i64::MAX reads as i64::MAX above: out of vocabulary either way.
+        let raw = item.as_array().into_iter().flatten();
+        if let Some((_, v)) = ids
+            .iter()
+            .zip(raw)
+            .find(|(&t, _)| t < 0 || t as usize >= vocab)
+        {
+            return Err(bad_input(format!(
+                "{at}: token id {v} is out of vocabulary (size {vocab})."
+            )));
+        }
+        out.push(Input::Ids(ids));
+    }
+    Ok((out, listed))
+}
+
+fn truncation_limit(req: &EmbeddingRequest, max_len: usize) -> Result<Option<usize>, ApiError> {
+    let bad = |m: String| ApiError::bad_param("truncate_prompt_tokens", m);
+    match req.truncate_prompt_tokens {
+        None => Ok(None),
+        Some(-1) => Ok(Some(max_len)),
+        Some(t) if t < 1 => Err(bad(format!(
+            "truncate_prompt_tokens must be -1 (the model's limit) or at least 1, got {t}."
+        ))),
+        Some(t) if t as u64 > max_len as u64 => Err(bad(format!(
+            "truncate_prompt_tokens ({t}) is larger than the model's maximum input length of \
+             {max_len} tokens."
+        ))),
+        Some(t) => Ok(Some(t as usize)),
+    }
+}
+
+fn check_options(ctx: &ApiContext, req: &EmbeddingRequest) -> Result<(), ApiError> {
+    match req.encoding_format.as_deref() {
+        None | Some("float") | Some("base64") => {}
+        Some(f) => {
+            return Err(ApiError::bad_param(
+                "encoding_format",
+                format!("encoding_format must be 'float' or 'base64', got '{f}'."),
+            ))
+        }
+    }
+    let hidden = ctx.hidden_size as i64;
+    match req.dimensions {
+        Some(d) if d != hidden => Err(ApiError::bad_param(
+            "dimensions",
+            format!(
+                "dimensions ({d}) is not supported: this model's embeddings have {hidden} \
+                 dimensions and it cannot shorten them (not a matryoshka model)."
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Each input's ids as the worker gets them: tokenized, cut to `limit` keeping [CLS]/[SEP].
+fn token_ids(
+    ctx: &ApiContext,
+    inputs: Vec<Input>,
+    limit: Option<usize>,
+    special: bool,
+) -> Result<Vec<Vec<u32>>, ApiError> {
+    let tok = &ctx.tokenizer;
+    let lower = ctx.lowercase_inputs;
+    let has_text = inputs.iter().any(|i| matches!(i, Input::Text(_)));
+    let k = tok.num_special_tokens();
+    if let (true, true, Some(l)) = (has_text, special, limit) {
+        if l <= k {
+            return Err(ApiError::bad_param(
+                "truncate_prompt_tokens",
+                format!(
+                    "truncate_prompt_tokens ({l}) must leave room for at least one token \
+                     besides the model's {k} special tokens."
+                ),
+            ));
+        }
+    }
+    inputs
+        .into_iter()
+        .map(|input| match input {
+            Input::Text(s) => {
+                let text = if lower { s.to_lowercase() } else { s };
+                tok.encode_truncated(&text, special, limit)
+                    .map_err(ApiError::bad)
+            }
+            Input::Ids(ids) => {
+                let ids: Vec<u32> = ids.into_iter().map(|t| t as u32).collect();
+                Ok(tok.truncate_ids(&ids, limit))
+            }
+        })
+        .collect()
+}
+
+fn check_lengths(ids: &[Vec<u32>], listed: bool, max_len: usize) -> Result<(), ApiError> {
+    for (i, x) in ids.iter().enumerate() {
+        let at = if listed {
+            format!("input[{i}]")
+        } else {
+            "input".into()
+        };
+        if x.is_empty() {
+            return Err(bad_input(format!("{at} has no tokens after tokenization.")));
+        }
+        if x.len() > max_len {
+            return Err(bad_input(format!(
+                "{at} has {} tokens, more than the model's maximum input length of {max_len} \
+                 tokens; pass truncate_prompt_tokens to truncate it.",
+                x.len()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A valid embedding request before its text inputs are tokenized.
+pub struct EmbeddingCall {
+    inputs: Vec<Input>,
+    listed: bool,
+    limit: Option<usize>,
+    special: bool,
+    base64: bool,
+    pub normalize: Option<bool>,
+}
+
+impl EmbeddingCall {
+    pub fn new(ctx: &ApiContext, req: EmbeddingRequest) -> Result<Self, ApiError> {
+        ctx.check_model(&req.model)?;
+        ctx.check_task("Embeddings", true)?;
+        check_options(ctx, &req)?;
+        let limit = truncation_limit(&req, ctx.max_model_len as usize)?;
+        let (inputs, listed) = parse_inputs(req.input, ctx.vocab_size)?;
+        Ok(EmbeddingCall {
+            inputs,
+            listed,
+            limit,
+            special: req.add_special_tokens.unwrap_or(true),
+            base64: req.encoding_format.as_deref() == Some("base64"),
+            normalize: req.normalize,
+        })
+    }
+
+    /// The bytes of text to tokenize (the shell may do it off its event loop when many).
+    pub fn text_bytes(&self) -> usize {
+        self.inputs
+            .iter()
+            .map(|i| match i {
+                Input::Text(s) => s.len(),
+                Input::Ids(_) => 0,
+            })
+            .sum()
+    }
+
+    /// Each input's ids as the worker gets them (tokenized, truncated, within the model's
+    /// limit), and the response to build from the worker's vectors.
+    pub fn plan(self, ctx: &ApiContext) -> Result<(Vec<Vec<u32>>, EmbeddingResponse), ApiError> {
+        let ids = token_ids(ctx, self.inputs, self.limit, self.special)?;
+        check_lengths(&ids, self.listed, ctx.max_model_len as usize)?;
+        let resp = EmbeddingResponse {
+            id: new_id("embd"),
+            model: ctx.model_name().to_string(),
+            prompt_tokens: ids.iter().map(Vec::len).sum(),
+            base64: self.base64,
+        };
+        Ok((ids, resp))
+    }
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Vector {
+    Float(Vec<f32>),
+    Base64(String),
+}
+
+#[derive(Serialize)]
+struct Datum {
+    index: usize,
+    object: &'static str,
+    embedding: Vector,
+}
+
+#[derive(Serialize)]
+struct Body<'a> {
+    id: &'a str,
+    object: &'static str,
+    created: i64,
+    model: &'a str,
+    data: Vec<Datum>,
+    usage: Value,
+}
+
+pub struct EmbeddingResponse {
+    /// The engine request's id too.
+    pub id: String,
+    model: String,
+    prompt_tokens: usize,
+    base64: bool,
+}
+
+impl EmbeddingResponse {
+    /// The body of the worker's vectors, one per input in input order.
+    pub fn body(&self, vectors: Vec<Vec<f32>>) -> Vec<u8> {
+        let data: Vec<Datum> = vectors
+            .into_iter()
+            .enumerate()
+            .map(|(index, values)| Datum {
+                index,
+                object: "embedding",
+                embedding: if self.base64 {
+                    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+                    Vector::Base64(base64::engine::general_purpose::STANDARD.encode(bytes))
+                } else {
+                    Vector::Float(values)
+                },
+            })
+            .collect();
+        // Serialized straight from the structs: through a `Value` each f32 would become an
+        // f64 and print 17 digits instead of its shortest form.
+        serde_json::to_vec(&Body {
+            id: &self.id,
+            object: "list",
+            created: now(),
+            model: &self.model,
+            data,
+            usage: serde_json::json!({
+                "prompt_tokens": self.prompt_tokens,
+                "total_tokens": self.prompt_tokens,
+                "completion_tokens": 0,
+                "prompt_tokens_details": null,
+            }),
+        })
+        .unwrap_or_default()
+    }
+}

@@ -1,0 +1,149 @@
+//! POST /tokenize and /detokenize (vLLM's), and the bodies of GET /v1/models and
+//! /tokenizer_info.
+use crate::context::ApiContext;
+use crate::errors::ApiError;
+use crate::prompt::TemplateArgs;
+use crate::request::{field_error, FieldError, RequestBody};
+use crate::text::tokenizer::DecodeOpts;
+use crate::usage::new_id;
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+#[derive(Debug, Deserialize)]
+pub struct TokenizeRequest {
+    pub model: Option<String>,
+    pub prompt: Option<String>,
+    pub messages: Option<Vec<Value>>,
+    pub add_special_tokens: Option<bool>,
+    #[serde(flatten)]
+    pub template: TemplateArgs,
+}
+
+impl RequestBody for TokenizeRequest {
+    const GROUPS: &'static [FieldError] = &[field_error::<TemplateArgs>];
+}
+
+/// What to tokenize: a prompt as it is, or chat messages through the chat template.
+pub struct TokenizeCall {
+    pub text: String,
+    pub add_special_tokens: bool,
+}
+
+impl TokenizeCall {
+    pub fn new(ctx: &ApiContext, req: TokenizeRequest) -> Result<Self, ApiError> {
+        ctx.check_model(&req.model)?;
+        let (text, default_special) = match (req.prompt, &req.messages) {
+            (Some(p), None) => (p, true),
+            (None, Some(m)) => (ctx.render_prompt(m, &req.template, true)?, false),
+            _ => {
+                return Err(ApiError::bad(
+                    "Exactly one of `prompt` or `messages` must be given.",
+                ))
+            }
+        };
+        Ok(TokenizeCall {
+            text,
+            add_special_tokens: req.add_special_tokens.unwrap_or(default_special),
+        })
+    }
+
+    pub fn body(ctx: &ApiContext, tokens: &[u32]) -> Value {
+        json!({"count": tokens.len(), "max_model_len": ctx.max_model_len, "tokens": tokens})
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct DetokenizeRequest {
+    pub model: Option<String>,
+    pub tokens: Vec<u32>,
+}
+
+impl RequestBody for DetokenizeRequest {}
+
+pub fn detokenize(ctx: &ApiContext, req: DetokenizeRequest) -> Result<Value, ApiError> {
+    ctx.check_model(&req.model)?;
+    ctx.check_ids("tokens", &req.tokens)?;
+    let prompt = ctx
+        .tokenizer
+        .decode(&req.tokens, DecodeOpts::default())
+        .map_err(ApiError::Internal)?;
+    Ok(json!({"prompt": prompt}))
+}
+
+/// GET /v1/models: each served name, `created` when the server started, `root` the model's
+/// folder.
+pub fn models(ctx: &ApiContext, created: i64, root: &str) -> Value {
+    let data: Vec<Value> = ctx
+        .served_names
+        .iter()
+        .map(|name| {
+            json!({
+                "id": name,
+                "object": "model",
+                "created": created,
+                "owned_by": "hybridllm",
+                "root": root,
+                "parent": null,
+                "max_model_len": ctx.max_model_len,
+                "permission": [{
+                    "id": new_id("modelperm"),
+                    "object": "model_permission",
+                    "created": created,
+                    "allow_create_engine": false,
+                    "allow_sampling": true,
+                    "allow_logprobs": true,
+                    "allow_search_indices": false,
+                    "allow_view": true,
+                    "allow_fine_tuning": false,
+                    "organization": "*",
+                    "group": null,
+                    "is_blocking": false,
+                }],
+            })
+        })
+        .collect();
+    json!({"object": "list", "data": data})
+}
+
+/// An AddedToken object (`{"content": ..., "lstrip": ...}`) as its text; lists element-wise.
+fn plain(v: Value) -> Value {
+    match v {
+        Value::Object(o) if o.get("content").is_some_and(Value::is_string) => o["content"].clone(),
+        Value::Array(a) => Value::Array(a.into_iter().map(plain).collect()),
+        v => v,
+    }
+}
+
+/// GET /tokenizer_info, vLLM's: the tokenizer's configuration as its tokenizer_config.json
+/// holds it (`config`: its text, None when the tokenizer has none; `path` names it in an
+/// error) — what transformers keeps as `init_kwargs` — special tokens as plain strings, the
+/// added-token table left out, with the chat template and context window this server uses.
+pub fn tokenizer_info(
+    ctx: &ApiContext,
+    path: &str,
+    config: Option<&str>,
+) -> Result<Value, ApiError> {
+    let read: Map<String, Value> = match config.map(serde_json::from_str) {
+        None => Map::new(),
+        Some(Ok(Value::Object(o))) => o,
+        Some(_) => return Err(ApiError::Internal(format!("{path} is not a JSON object"))),
+    };
+    let mut cfg: Map<String, Value> = read
+        .into_iter()
+        .filter(|(k, _)| k != "added_tokens_decoder")
+        .map(|(k, v)| (k, plain(v)))
+        .collect();
+    for (key, value) in [("bos_token", &ctx.bos_token), ("eos_token", &ctx.eos_token)] {
+        if !value.is_empty() {
+            cfg.insert(key.into(), json!(value));
+        }
+    }
+    cfg.entry("tokenizer_class")
+        .or_insert(json!("PreTrainedTokenizerFast"));
+    cfg.insert("model_max_length".into(), json!(ctx.max_model_len));
+    match &ctx.template {
+        Some(t) => cfg.insert("chat_template".into(), json!(t.source())),
+        None => cfg.remove("chat_template"),
+    };
+    Ok(Value::Object(cfg))
+}
