@@ -6,6 +6,7 @@
 #   wheels/  Python 3.12 manylinux wheels of what such an image lacks, at this venv's versions
 #            (protobuf and grpcio at the versions the gRPC stubs were generated with)
 #   bin/     hybridllm-frontend and hybridllm-loadgen as built here (release)
+#   ext/     the API core's extension module (hybridllm._api, abi3: any CPython >= 3.10)
 #   proto/   the generated gRPC stubs (python/hybridllm/proto/ is not committed)
 #   model/   the default model's config, tokenizer and chat template, without weights:
 #            ci/gpu_bundle_install.sh makes random ones there with transformers
@@ -23,7 +24,7 @@ ROOTS=(fastapi uvicorn grpcio protobuf prometheus-client msgspec orjson)
 
 [ -x "$PY" ] || { echo "gpu_bundle: no venv at $VENV: run ci/setup.sh first" >&2; exit 1; }
 rm -rf "$OUT"
-mkdir -p "$OUT/wheels" "$OUT/bin" "$OUT/proto" "$OUT/model"
+mkdir -p "$OUT/wheels" "$OUT/bin" "$OUT/ext" "$OUT/proto" "$OUT/model"
 
 "$PY" - "${ROOTS[@]}" >"$OUT/requirements.txt" <<'PY'
 import importlib.metadata as md
@@ -62,6 +63,7 @@ for bin in hybridllm-frontend hybridllm-loadgen; do
   cp "$VENV/bin/$bin" "$OUT/bin/"
 done
 cp python/hybridllm/proto/*.py python/hybridllm/proto/*.pyi "$OUT/proto/"
+cp python/hybridllm/_api.abi3.so "$OUT/ext/"
 
 model=$("$PY" -c "from hybridllm.models.resolve import resolve_model; print(resolve_model(None))")
 find "$model" -maxdepth 1 -type f ! -name '*.safetensors' -exec cp {} "$OUT/model/" \;

@@ -1,7 +1,7 @@
 # Sourced by ci/gpu_check.sh: install the folder made by ci/gpu_bundle.sh into this machine's
 # Python ($PY) and this checkout, with no network, and export where things are:
 #   - the wheels (no dependencies resolved: the bundle is the closure the image lacks);
-#   - the gRPC stubs into python/hybridllm/proto/;
+#   - the gRPC stubs into python/hybridllm/proto/, the API core's extension module beside them;
 #   - HYBRIDLLM_RUST_FRONTEND_PATH and HYBRIDLLM_LOADGEN_PATH to the bundled binaries;
 #   - HYBRIDLLM_CACHE_DIR (default $DIR/cache) holding the default model with random weights
 #     made by transformers from the bundled config (seed 0), so every test and script that
@@ -16,6 +16,7 @@ gpu_bundle_install() {
   mkdir -p python/hybridllm/proto
   cp "$bundle"/proto/* python/hybridllm/proto/
   touch python/hybridllm/proto/__init__.py
+  cp "$bundle"/ext/* python/hybridllm/
   chmod +x "$bundle"/bin/*
   export HYBRIDLLM_RUST_FRONTEND_PATH=$bundle/bin/hybridllm-frontend
   export HYBRIDLLM_LOADGEN_PATH=$bundle/bin/hybridllm-loadgen

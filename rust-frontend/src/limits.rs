@@ -1,29 +1,20 @@
-//! Request limits checked before any handler runs (the Python frontend's `limits.py` has the
-//! same rules and messages): header fields (431) and the body's content type (415).
+//! Request limits checked before any handler runs, over HTTP: the header fields (431) and the
+//! body's content type (415) read from axum's types; the rules and messages are the core's
+//! (`hybridllm_api::limits`), as in the Python fallback.
 use crate::errors::{ApiError, HttpError};
 use axum::extract::Request;
 use axum::http::{header, HeaderMap};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+#[cfg(test)]
+use hybridllm_api::limits::{MAX_HEADER_BYTES, MAX_HEADER_FIELDS};
 
-pub const MAX_HEADER_FIELDS: usize = 100;
-pub const MAX_HEADER_BYTES: usize = 32 << 10;
-
-/// 431 when a request has more than MAX_HEADER_FIELDS header fields or more than
-/// MAX_HEADER_BYTES of names and values together.
 pub fn check_headers(headers: &HeaderMap) -> Result<(), ApiError> {
-    let fields = headers.len();
     let bytes: usize = headers
         .iter()
         .map(|(k, v)| k.as_str().len() + v.len())
         .sum();
-    if fields > MAX_HEADER_FIELDS || bytes > MAX_HEADER_BYTES {
-        return Err(ApiError::HeadersTooLarge(format!(
-            "Request header fields too large: {fields} fields, {bytes} bytes (the limit is \
-             {MAX_HEADER_FIELDS} fields and {MAX_HEADER_BYTES} bytes)."
-        )));
-    }
-    Ok(())
+    hybridllm_api::limits::check_headers(headers.len(), bytes)
 }
 
 pub async fn header_limits(req: Request, next: Next) -> Response {
@@ -33,28 +24,9 @@ pub async fn header_limits(req: Request, next: Next) -> Response {
     }
 }
 
-/// A JSON body must say so, or say nothing (415 otherwise): `application/json` or any
-/// `application/*+json`, parameters such as charset allowed.
 pub fn check_json_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(value) = headers.get(header::CONTENT_TYPE) else {
-        return Ok(());
-    };
-    let text = String::from_utf8_lossy(value.as_bytes());
-    let media = text
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
-    let json = media == "application/json"
-        || (media.starts_with("application/") && media.ends_with("+json"));
-    if json {
-        Ok(())
-    } else {
-        Err(ApiError::UnsupportedMediaType(format!(
-            "Unsupported Media Type: the request body must be application/json, got '{text}'."
-        )))
-    }
+    let value = headers.get(header::CONTENT_TYPE).map(|v| v.as_bytes());
+    hybridllm_api::limits::check_json_content_type(value)
 }
 
 #[cfg(test)]

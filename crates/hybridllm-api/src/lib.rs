@@ -11,6 +11,7 @@ pub mod context;
 pub mod embeddings;
 pub mod engine_io;
 pub mod errors;
+pub mod limits;
 pub mod logprobs;
 pub mod prompt;
 pub mod request;

@@ -1030,8 +1030,30 @@ fn tokenizer_info(ctx: &Context, path: &str, config: Option<&str>) -> PyResult<S
         .map_err(api_error)
 }
 
+/// 431 when a request's header fields are too many or too large (raises ApiError).
+#[pyfunction]
+fn check_headers(fields: usize, size: usize) -> PyResult<()> {
+    hybridllm_api::limits::check_headers(fields, size).map_err(api_error)
+}
+
+/// 415 unless the content type is JSON's or absent (raises ApiError).
+#[pyfunction]
+#[pyo3(signature = (value))]
+fn check_json_content_type(value: Option<&[u8]>) -> PyResult<()> {
+    hybridllm_api::limits::check_json_content_type(value).map_err(api_error)
+}
+
+/// 413 when `size` bytes are over `limit` (raises ApiError).
+#[pyfunction]
+fn check_body_size(size: usize, limit: usize) -> PyResult<()> {
+    hybridllm_api::limits::check_body_size(size, limit).map_err(api_error)
+}
+
 #[pymodule]
 fn _api(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(check_headers, m)?)?;
+    m.add_function(wrap_pyfunction!(check_json_content_type, m)?)?;
+    m.add_function(wrap_pyfunction!(check_body_size, m)?)?;
     m.add_function(wrap_pyfunction!(tokenizer_info, m)?)?;
     m.add_function(wrap_pyfunction!(tokenize_call, m)?)?;
     m.add_function(wrap_pyfunction!(tokenize_body, m)?)?;

@@ -27,9 +27,7 @@ async fn read_body<T: RequestBody>(req: Request, state: &Arc<AppState>) -> Resul
         .get(axum::http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > limit) {
-        return Err(ApiError::PayloadTooLarge(limit));
-    }
+    hybridllm_api::limits::check_body_size(declared.unwrap_or(0), limit)?;
     let bytes = axum::body::to_bytes(req.into_body(), limit)
         .await
         .map_err(|_| ApiError::PayloadTooLarge(limit))?;

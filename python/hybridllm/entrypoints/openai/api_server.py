@@ -33,7 +33,11 @@ from hybridllm.entrypoints.openai import (
 )
 from hybridllm.entrypoints.openai.disconnect import ClientDisconnected
 from hybridllm.entrypoints.openai.errors import UNAUTHORIZED, ApiError, internal
-from hybridllm.entrypoints.openai.limits import H11_MAX_HEADER_BLOCK, HeaderLimitMiddleware
+from hybridllm.entrypoints.openai.limits import (
+    H11_MAX_HEADER_BLOCK,
+    HeaderLimitMiddleware,
+    core_response,
+)
 from hybridllm.entrypoints.openai.metrics import Metrics
 from hybridllm.entrypoints.openai.state import AppState
 from hybridllm.entrypoints.rust_frontend import ServeOptions, bind_listen_socket, frontend_options
@@ -127,8 +131,7 @@ def build_app(engine: EngineClient, opts: ServeOptions | None = None,
 
     @app.exception_handler(_api.ApiError)
     async def core_error(request: Request, e: _api.ApiError) -> Response:
-        status, body, headers = e.args
-        return Response(body, status, dict(headers), media_type="application/json")
+        return core_response(e)
 
     @app.exception_handler(ClientDisconnected)
     async def hung_up(request: Request, e: ClientDisconnected) -> Response:

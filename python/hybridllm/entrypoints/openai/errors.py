@@ -1,5 +1,5 @@
-"""Every failure a client can see: status code and the OpenAI error body, as errors.rs has them;
-and the JSON response every body goes out in."""
+"""The shell's own refusals (auth, an unknown path, an engine error, a bug), written as the
+core writes every refusal (hybridllm._api: the OpenAI error body, its type and headers)."""
 
 from __future__ import annotations
 
@@ -8,19 +8,8 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
-_TYPES = {
-    400: "BadRequestError",
-    401: "AuthenticationError",
-    404: "NotFoundError",
-    413: "PayloadTooLargeError",
-    415: "UnsupportedMediaTypeError",
-    429: "RateLimitError",
-    431: "RequestHeaderFieldsTooLargeError",
-    500: "InternalServerError",
-    503: "ServiceUnavailableError",
-}
+from hybridllm import _api
 
-RETRY_AFTER_S = "1"  # what a 429 (admission control) asks the client to wait
 UNAUTHORIZED = "Unauthorized: a valid API key is required (Authorization: Bearer <key>)."
 
 
@@ -34,14 +23,13 @@ class ApiError(Exception):
         super().__init__(message)
         self.status, self.message, self.param = status, message, param
 
-    def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": _TYPES[self.status],
-                          "param": self.param, "code": self.status}}
-
     def response(self) -> Response:
-        headers = ({"www-authenticate": "Bearer"} if self.status == 401
-                   else {"retry-after": RETRY_AFTER_S} if self.status == 429 else None)
-        return json_response(self.body(), self.status, headers)
+        status, body, headers = _api.error_response(self.status, self.message, self.param)
+        return Response(body, status, dict(headers), media_type="application/json")
+
+    def body(self) -> bytes:
+        """The error's JSON body (also the payload of an SSE error event mid-stream)."""
+        return _api.error_response(self.status, self.message, self.param)[1].encode()
 
 
 def bad(message: str, param: str | None = None) -> ApiError:
@@ -53,7 +41,7 @@ def internal(message: str) -> ApiError:
 
 
 def from_engine(code: str, message: str) -> ApiError:
-    """Maps a gRPC status code name (e.g. "INVALID_ARGUMENT") like ApiError::from_status."""
+    """Maps a gRPC status code name (e.g. "INVALID_ARGUMENT") like errors.rs's from_status."""
     if code in ("INVALID_ARGUMENT", "OUT_OF_RANGE", "FAILED_PRECONDITION"):
         return bad(message)
     if code == "NOT_FOUND":

@@ -51,7 +51,7 @@ async def create_response(request: Request) -> Response:
     gen, resp = call.plan(ids, max_tokens)
     _, events = await unless_disconnected(request, generate_many(state, [gen]))
     if resp.stream:
-        return SSEResponse(_stream(resp, events), framed=True)
+        return SSEResponse(_stream(resp, events), done=False)
 
     async def run() -> None:
         async for p, ev in events:
