@@ -8,6 +8,8 @@ mod engine_client;
 mod engine_mux;
 mod engine_router;
 mod errors;
+#[cfg(test)]
+mod fake_engine;
 mod http_server;
 mod limits;
 mod metrics;
@@ -16,8 +18,6 @@ mod routes;
 mod server;
 mod shutdown;
 mod state;
-#[cfg(test)]
-mod testing;
 
 use clap::Parser;
 

@@ -34,7 +34,7 @@ pub struct ChatRequest {
 impl RequestBody for ChatRequest {
     const GROUPS: &'static [FieldError] =
         &[field_error::<SamplingRequest>, field_error::<TemplateArgs>];
-    const UNHONOURED: &'static [Unhonoured] = crate::request::CHAT_UNHONOURED;
+    const UNHONOURED: &'static [&'static [Unhonoured]] = crate::request::CHAT_UNHONOURED;
 }
 
 /// A valid chat request whose prompt is rendered, before it is tokenized (each shell

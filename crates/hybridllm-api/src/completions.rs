@@ -35,7 +35,7 @@ pub struct CompletionRequest {
 
 impl RequestBody for CompletionRequest {
     const GROUPS: &'static [FieldError] = &[field_error::<SamplingRequest>];
-    const UNHONOURED: &'static [Unhonoured] = crate::request::COMPLETION_UNHONOURED;
+    const UNHONOURED: &'static [&'static [Unhonoured]] = crate::request::COMPLETION_UNHONOURED;
 }
 
 pub enum Prompt {

@@ -71,14 +71,15 @@ const STRUCTURED: &str = "structured outputs are not implemented by this server 
 const TOOLS: &str = "tool calling is not implemented by this server yet";
 const VLLM: &str = "this vLLM extension is not implemented by this server yet";
 
-/// vLLM's and OpenAI's sampling-side fields that neither generate endpoint honours.
+/// A list of `Unhonoured`, one `"field" => neutral, why;` a line.
 macro_rules! unhonoured {
     ($($field:literal => $neutral:expr, $why:expr;)*) => {
         &[$(Unhonoured { field: $field, neutral: $neutral, why: $why }),*]
     };
 }
 
-pub const CHAT_UNHONOURED: &[Unhonoured] = unhonoured! {
+/// What constrains the output: structured outputs (vLLM's names and OpenAI's).
+const OUTPUT_CONSTRAINTS: &[Unhonoured] = unhonoured! {
     "response_format" => text_format, STRUCTURED;
     "structured_outputs" => never, STRUCTURED;
     "guided_json" => never, STRUCTURED;
@@ -86,6 +87,23 @@ pub const CHAT_UNHONOURED: &[Unhonoured] = unhonoured! {
     "guided_choice" => never, STRUCTURED;
     "guided_grammar" => never, STRUCTURED;
     "structural_tag" => never, STRUCTURED;
+};
+
+/// vLLM's extensions of both generate endpoints that are not implemented yet.
+const VLLM_EXTENSIONS: &[Unhonoured] = unhonoured! {
+    "return_tokens_as_token_ids" => empty_or_false, VLLM;
+    "return_token_ids" => empty_or_false, VLLM;
+    "allowed_token_ids" => never, VLLM;
+    "bad_words" => empty_or_false, VLLM;
+    "truncate_prompt_tokens" => never, VLLM;
+    "priority" => zero, VLLM;
+    "cache_salt" => never, VLLM;
+    "logits_processors" => empty_or_false, VLLM;
+    "kv_transfer_params" => never, VLLM;
+    "vllm_xargs" => never, VLLM;
+};
+
+const CHAT_ONLY: &[Unhonoured] = unhonoured! {
     "tools" => empty_or_false, TOOLS;
     "tool_choice" => no_tool, TOOLS;
     "functions" => empty_or_false, TOOLS;
@@ -96,46 +114,23 @@ pub const CHAT_UNHONOURED: &[Unhonoured] = unhonoured! {
     "prediction" => never, "predicted outputs are not implemented by this server";
     "web_search_options" => never, "web search is not supported";
     "echo" => empty_or_false, VLLM;
-    "return_tokens_as_token_ids" => empty_or_false, VLLM;
-    "return_token_ids" => empty_or_false, VLLM;
-    "allowed_token_ids" => never, VLLM;
-    "bad_words" => empty_or_false, VLLM;
-    "truncate_prompt_tokens" => never, VLLM;
-    "priority" => zero, VLLM;
-    "cache_salt" => never, VLLM;
-    "logits_processors" => empty_or_false, VLLM;
-    "kv_transfer_params" => never, VLLM;
-    "vllm_xargs" => never, VLLM;
     "mm_processor_kwargs" => never, "multimodal inputs are not supported";
 };
 
-pub const COMPLETION_UNHONOURED: &[Unhonoured] = unhonoured! {
-    "response_format" => text_format, STRUCTURED;
-    "structured_outputs" => never, STRUCTURED;
-    "guided_json" => never, STRUCTURED;
-    "guided_regex" => never, STRUCTURED;
-    "guided_choice" => never, STRUCTURED;
-    "guided_grammar" => never, STRUCTURED;
-    "structural_tag" => never, STRUCTURED;
-    "return_tokens_as_token_ids" => empty_or_false, VLLM;
-    "return_token_ids" => empty_or_false, VLLM;
-    "allowed_token_ids" => never, VLLM;
-    "bad_words" => empty_or_false, VLLM;
-    "truncate_prompt_tokens" => never, VLLM;
-    "priority" => zero, VLLM;
-    "cache_salt" => never, VLLM;
-    "logits_processors" => empty_or_false, VLLM;
-    "kv_transfer_params" => never, VLLM;
-    "vllm_xargs" => never, VLLM;
+const COMPLETION_ONLY: &[Unhonoured] = unhonoured! {
     "prompt_embeds" => never, "prompt embeddings are not supported";
 };
+
+pub const CHAT_UNHONOURED: &[&[Unhonoured]] = &[OUTPUT_CONSTRAINTS, CHAT_ONLY, VLLM_EXTENSIONS];
+pub const COMPLETION_UNHONOURED: &[&[Unhonoured]] =
+    &[OUTPUT_CONSTRAINTS, COMPLETION_ONLY, VLLM_EXTENSIONS];
 
 /// A request body: a JSON object. Its error names the first mistyped field in body order.
 pub trait RequestBody: DeserializeOwned {
     /// Readers of the `#[serde(flatten)]`ed groups, whose errors serde reports without a path.
     const GROUPS: &'static [FieldError] = &[];
-    /// The documented fields it refuses (see `Unhonoured`).
-    const UNHONOURED: &'static [Unhonoured] = &[];
+    /// The documented fields it refuses (see `Unhonoured`), in groups.
+    const UNHONOURED: &'static [&'static [Unhonoured]] = &[];
 }
 
 /// The path and message of the error reading a value as some type, if any.
@@ -147,8 +142,8 @@ pub fn field_error<T: DeserializeOwned>(v: &Value) -> Option<(String, String)> {
         .map(|e| (e.path().to_string(), e.into_inner().to_string()))
 }
 
-fn check_unhonoured(list: &[Unhonoured], fields: &Map<String, Value>) -> Result<(), ApiError> {
-    for u in list {
+fn check_unhonoured(groups: &[&[Unhonoured]], fields: &Map<String, Value>) -> Result<(), ApiError> {
+    for u in groups.iter().copied().flatten() {
         match fields.get(u.field) {
             Some(v) if !v.is_null() && !(u.neutral)(v) => {
                 return Err(ApiError::bad_param(
@@ -207,7 +202,7 @@ mod tests {
         n: Option<i64>,
     }
     impl RequestBody for Req {
-        const UNHONOURED: &'static [Unhonoured] = CHAT_UNHONOURED;
+        const UNHONOURED: &'static [&'static [Unhonoured]] = CHAT_UNHONOURED;
     }
 
     fn err(body: &str) -> ApiError {

@@ -1,7 +1,9 @@
 //! /v1/chat/completions through the router against a scripted fake engine: the exact bytes
 //! a client receives, streamed and not.
 use crate::engine_client::pb::{self, FinishReason::*};
-use crate::testing::{self, delta, first_response, id, last_delta, response, FakeEngine, Script};
+use crate::fake_engine::{
+    self, delta, first_response, id, last_delta, response, FakeEngine, Script,
+};
 use axum::http::StatusCode;
 use http_body_util::BodyExt;
 use serde_json::json;
@@ -33,12 +35,18 @@ async fn streamed_chunks_with_usage() {
     let engine = FakeEngine::new(vec![Script::new(vec![
         first_response(3, 1, vec![delta(0, &["foo"])], false),
         response(
-            vec![last_delta(0, &["bar", "<eos>"], Stop, Some(testing::EOS))],
+            vec![last_delta(
+                0,
+                &["bar", "<eos>"],
+                Stop,
+                Some(fake_engine::EOS),
+            )],
             true,
         ),
     ])]);
     let body = hello(json!({"stream": true, "stream_options": {"include_usage": true}}));
-    let (status, text) = testing::post_text(testing::state(engine.clone()), PATH, body).await;
+    let (status, text) =
+        fake_engine::post_text(fake_engine::state(engine.clone()), PATH, body).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(
         text,
@@ -68,7 +76,7 @@ async fn a_stop_string_ends_the_choice_and_aborts_the_engine() {
     ])
     .then_hang()]);
     let body = hello(json!({"stream": true, "stop": "r b"}));
-    let (_, text) = testing::post_text(testing::state(engine.clone()), PATH, body).await;
+    let (_, text) = fake_engine::post_text(fake_engine::state(engine.clone()), PATH, body).await;
     assert_eq!(
         text,
         sse(&[
@@ -87,14 +95,14 @@ async fn two_choices_stream_interleaved() {
         first_response(3, 0, vec![delta(1, &["bar"]), delta(0, &["foo"])], false),
         response(
             vec![
-                last_delta(1, &["<stop>"], Stop, Some(testing::STOP_TOKEN)),
+                last_delta(1, &["<stop>"], Stop, Some(fake_engine::STOP_TOKEN)),
                 last_delta(0, &["baz"], Length, None),
             ],
             true,
         ),
     ])]);
     let body = hello(json!({"stream": true, "n": 2}));
-    let (_, text) = testing::post_text(testing::state(engine), PATH, body).await;
+    let (_, text) = fake_engine::post_text(fake_engine::state(engine), PATH, body).await;
     assert_eq!(
         text,
         sse(&[
@@ -117,8 +125,12 @@ async fn an_engine_error_mid_stream_is_an_error_event() {
             ..response(vec![last_delta(0, &[], Error, None)], true)
         },
     ])]);
-    let (_, text) =
-        testing::post_text(testing::state(engine), PATH, hello(json!({"stream": true}))).await;
+    let (_, text) = fake_engine::post_text(
+        fake_engine::state(engine),
+        PATH,
+        hello(json!({"stream": true})),
+    )
+    .await;
     let role = sse(&[
         r#""choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]"#,
         r#""choices":[{"index":0,"delta":{"content":" foo"},"logprobs":null,"finish_reason":null}]"#,
@@ -159,7 +171,7 @@ async fn non_streamed_response_with_logprobs() {
         response(vec![last_delta(0, &[], Abort, None)], true),
     ])]);
     let body = hello(json!({"logprobs": true, "top_logprobs": 1}));
-    let (status, text) = testing::post_text(testing::state(engine), PATH, body).await;
+    let (status, text) = fake_engine::post_text(fake_engine::state(engine), PATH, body).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(
         text,
@@ -179,8 +191,12 @@ async fn a_refused_request_is_an_http_error() {
         responses: vec![Err(tonic::Status::invalid_argument("prompt too long"))],
         hang: false,
     }]);
-    let (status, text) =
-        testing::post_text(testing::state(engine), PATH, hello(json!({"stream": true}))).await;
+    let (status, text) = fake_engine::post_text(
+        fake_engine::state(engine),
+        PATH,
+        hello(json!({"stream": true})),
+    )
+    .await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_eq!(
         text,
@@ -197,8 +213,8 @@ async fn a_client_that_goes_away_aborts_the_engine_request() {
         false,
     )])
     .then_hang()]);
-    let state = testing::state(engine.clone());
-    let resp = testing::post(state.clone(), PATH, hello(json!({"stream": true}))).await;
+    let state = fake_engine::state(engine.clone());
+    let resp = fake_engine::post(state.clone(), PATH, hello(json!({"stream": true}))).await;
     let mut body = resp.into_body();
     let mut received = String::new();
     while !received.contains(" foo") {

@@ -1,7 +1,9 @@
 //! /v1/completions: through the router against a scripted fake engine the
 //! exact bytes a client receives.
 use crate::engine_client::pb::{self, FinishReason::*};
-use crate::testing::{self, delta, first_response, id, last_delta, response, FakeEngine, Script};
+use crate::fake_engine::{
+    self, delta, first_response, id, last_delta, response, FakeEngine, Script,
+};
 use axum::http::StatusCode;
 use serde_json::json;
 
@@ -65,7 +67,8 @@ async fn streamed_logprobs_continue_their_text_offsets() {
     ])]);
     let body = json!({"prompt": "Hello", "logprobs": 1, "stream": true,
         "stream_options": {"include_usage": true}});
-    let (status, text) = testing::post_text(testing::state(engine.clone()), PATH, body).await;
+    let (status, text) =
+        fake_engine::post_text(fake_engine::state(engine.clone()), PATH, body).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(
         text,
@@ -87,12 +90,12 @@ async fn streamed_echo_comes_first_for_every_choice() {
         0,
         vec![
             last_delta(1, &["bar"], Length, None),
-            last_delta(0, &["foo", "<eos>"], Stop, Some(testing::EOS)),
+            last_delta(0, &["foo", "<eos>"], Stop, Some(fake_engine::EOS)),
         ],
         true,
     )])]);
     let body = json!({"prompt": [id("Hello"), id("world")], "echo": true, "n": 2, "stream": true});
-    let (_, text) = testing::post_text(testing::state(engine), PATH, body).await;
+    let (_, text) = fake_engine::post_text(fake_engine::state(engine), PATH, body).await;
     assert_eq!(
         text,
         sse(&[
@@ -137,7 +140,7 @@ async fn non_streamed_choices_of_two_prompts() {
             0,
             vec![
                 last_delta(0, &["foo"], Length, None),
-                last_delta(1, &["bar", "<stop>"], Stop, Some(testing::STOP_TOKEN)),
+                last_delta(1, &["bar", "<stop>"], Stop, Some(fake_engine::STOP_TOKEN)),
             ],
             true,
         )]),
@@ -145,7 +148,8 @@ async fn non_streamed_choices_of_two_prompts() {
     ]);
     let body = json!({"prompt": [[id("Hello")], [id("world"), id("foo")]], "echo": true, "n": 2,
         "prompt_logprobs": 1});
-    let (status, text) = testing::post_text(testing::state(engine.clone()), PATH, body).await;
+    let (status, text) =
+        fake_engine::post_text(fake_engine::state(engine.clone()), PATH, body).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(
         text,
@@ -197,7 +201,8 @@ async fn echo_with_logprobs_lists_the_prompt_tokens_first() {
     let engine = FakeEngine::new(vec![Script::new(vec![first])]);
     let body = json!({"prompt": [[id("Hello"), id("world")]], "echo": true, "logprobs": 1,
         "max_tokens": 1, "temperature": 0, "seed": 1234});
-    let (status, text) = testing::post_text(testing::state(engine.clone()), PATH, body).await;
+    let (status, text) =
+        fake_engine::post_text(fake_engine::state(engine.clone()), PATH, body).await;
     assert_eq!(status, StatusCode::OK, "{text}");
     assert_eq!(
         text,
@@ -226,7 +231,7 @@ async fn streamed_echo_with_logprobs_carries_the_prompt_logprobs() {
     let engine = FakeEngine::new(vec![Script::new(vec![first])]);
     let body = json!({"prompt": [id("Hello"), id("world")], "echo": true, "logprobs": 1,
         "max_tokens": 1, "stream": true});
-    let (status, text) = testing::post_text(testing::state(engine), PATH, body).await;
+    let (status, text) = fake_engine::post_text(fake_engine::state(engine), PATH, body).await;
     assert_eq!(status, StatusCode::OK, "{text}");
     assert_eq!(
         text,

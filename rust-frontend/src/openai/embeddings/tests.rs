@@ -1,6 +1,6 @@
 //! /v1/embeddings through the router against the fake engine: the exact body, base64, what
 //! reaches the engine (truncated ids), and each refusal.
-use crate::testing::{self, id, FakeEngine};
+use crate::fake_engine::{self, id, FakeEngine};
 use axum::http::StatusCode;
 use base64::Engine as _;
 use serde_json::json;
@@ -11,9 +11,9 @@ const PATH: &str = "/v1/embeddings";
 #[tokio::test]
 async fn float_body_and_what_the_engine_gets() {
     let engine = FakeEngine::new(vec![]);
-    let st = testing::embed_state(engine.clone());
+    let st = fake_engine::embed_state(engine.clone());
     let body = json!({"input": ["Hello world", "foo"], "normalize": false});
-    let (status, text) = testing::post_text(st, PATH, body).await;
+    let (status, text) = fake_engine::post_text(st, PATH, body).await;
     assert_eq!(status, StatusCode::OK, "{text}");
     assert_eq!(
         text,
@@ -28,8 +28,8 @@ async fn float_body_and_what_the_engine_gets() {
 
 #[tokio::test]
 async fn base64_is_little_endian_f32() {
-    let st = testing::embed_state(FakeEngine::new(vec![]));
-    let resp = testing::post(
+    let st = fake_engine::embed_state(FakeEngine::new(vec![]));
+    let resp = fake_engine::post(
         st,
         PATH,
         json!({"input": [7, 8], "encoding_format": "base64"}),
@@ -53,13 +53,13 @@ async fn base64_is_little_endian_f32() {
 #[tokio::test]
 async fn token_ids_are_truncated_keeping_the_last_special_token() {
     let engine = FakeEngine::new(vec![]);
-    let st = testing::embed_state(engine.clone());
-    let ids = [5, 6, 7, 8, testing::EOS];
+    let st = fake_engine::embed_state(engine.clone());
+    let ids = [5, 6, 7, 8, fake_engine::EOS];
     let body = json!({"input": [ids], "truncate_prompt_tokens": 3});
-    let (status, _) = testing::post_text(st, PATH, body).await;
+    let (status, _) = fake_engine::post_text(st, PATH, body).await;
     assert_eq!(status, StatusCode::OK);
     let sent = engine.embeds.lock().unwrap();
-    assert_eq!(sent[0].inputs[0].token_ids, vec![5, 6, testing::EOS]);
+    assert_eq!(sent[0].inputs[0].token_ids, vec![5, 6, fake_engine::EOS]);
 }
 
 #[tokio::test]
@@ -101,8 +101,8 @@ async fn refusals_name_the_field() {
         ),
     ];
     for (body, param, message) in cases {
-        let st = testing::embed_state(FakeEngine::new(vec![]));
-        let resp = testing::post(st, PATH, body.clone()).await;
+        let st = fake_engine::embed_state(FakeEngine::new(vec![]));
+        let resp = fake_engine::post(st, PATH, body.clone()).await;
         assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{body}");
         let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
             .await
@@ -115,16 +115,16 @@ async fn refusals_name_the_field() {
 
 #[tokio::test]
 async fn each_endpoint_answers_only_its_task() {
-    let st = testing::state(FakeEngine::new(vec![]));
-    let (status, text) = testing::post_text(st, PATH, json!({"input": "a"})).await;
+    let st = fake_engine::state(FakeEngine::new(vec![]));
+    let (status, text) = fake_engine::post_text(st, PATH, json!({"input": "a"})).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(
         text.contains("does not support the Embeddings API: `test-model` is a generative model (task 'generate')."),
         "{text}"
     );
-    let st = testing::embed_state(FakeEngine::new(vec![]));
+    let st = fake_engine::embed_state(FakeEngine::new(vec![]));
     let body = json!({"messages": [{"role": "user", "content": "Hello"}]});
-    let (status, text) = testing::post_text(st, "/v1/chat/completions", body).await;
+    let (status, text) = fake_engine::post_text(st, "/v1/chat/completions", body).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(
         text.contains("`test-model` is an embedding model (task 'embed')."),

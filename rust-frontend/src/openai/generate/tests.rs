@@ -2,21 +2,21 @@
 //! reaches the consumer, and the abort when the consumer stops reading early.
 use super::*;
 use crate::engine_client::pb::FinishReason::Length;
-use crate::testing::{self, delta, first_response, last_delta, response, show_event};
-use crate::testing::{FakeEngine, Script};
+use crate::fake_engine::{self, delta, first_response, last_delta, response, show_event};
+use crate::fake_engine::{FakeEngine, Script};
 
 fn request(params: serde_json::Value) -> GenRequest {
     GenRequest {
         request_id: "req-1".into(),
-        prompt_ids: testing::prompt_ids(),
-        params: testing::params(params),
+        prompt_ids: fake_engine::prompt_ids(),
+        params: fake_engine::params(params),
         max_tokens: 16,
     }
 }
 
 /// Runs the request to its end: every event, `error <message>` for an error.
 async fn run(engine: &Arc<FakeEngine>, req: GenRequest) -> Vec<String> {
-    let state = testing::state(engine.clone());
+    let state = fake_engine::state(engine.clone());
     let events = match generate(state, req).await {
         Ok(events) => events,
         Err(e) => return vec![format!("start error {e}")],
@@ -40,7 +40,7 @@ async fn the_engine_gets_the_prompt_and_its_responses_become_events() {
     // The prompt ids and the sampling, with max_tokens filled in.
     let sent = engine.requests.lock().unwrap()[0].clone();
     assert_eq!(sent.request_id, "req-1");
-    assert_eq!(sent.prompt_token_ids, testing::prompt_ids());
+    assert_eq!(sent.prompt_token_ids, fake_engine::prompt_ids());
     let sampling = sent.sampling_params.unwrap();
     assert_eq!(sampling.max_tokens, Some(16));
     assert_eq!(sampling.temperature, Some(0.0));
@@ -67,7 +67,7 @@ async fn a_refused_request_fails_before_the_stream_starts() {
         responses: vec![Err(tonic::Status::invalid_argument("prompt too long"))],
         hang: false,
     }]);
-    let state = testing::state(engine.clone());
+    let state = fake_engine::state(engine.clone());
     let err = generate(state, request(serde_json::json!({}))).await.err();
     let err = err.expect("an error");
     assert_eq!(err.status(), axum::http::StatusCode::BAD_REQUEST);
@@ -113,7 +113,7 @@ async fn an_engine_failure_mid_request_is_an_error() {
 async fn dropping_the_events_aborts_the_engine_request() {
     let first = first_response(3, 0, vec![delta(0, &["foo"])], false);
     let engine = FakeEngine::new(vec![Script::new(vec![first]).then_hang()]);
-    let state = testing::state(engine.clone());
+    let state = fake_engine::state(engine.clone());
     let events = generate(state.clone(), request(serde_json::json!({})));
     let mut events = Box::pin(events.await.unwrap());
     assert_eq!(state.metrics.in_flight.get(), 1);
@@ -135,7 +135,7 @@ async fn generate_many_tags_events_with_their_prompt() {
         Script::new(vec![running]).then_hang(),
         Script::new(vec![done]),
     ]);
-    let state = testing::state(engine.clone());
+    let state = fake_engine::state(engine.clone());
     let mut reqs = vec![
         request(serde_json::json!({})),
         request(serde_json::json!({})),

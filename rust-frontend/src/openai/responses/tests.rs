@@ -1,7 +1,9 @@
 //! /v1/responses through the router against a scripted fake engine: the response object,
 //! the named events in order, the store (retrieve, continue, delete) and the refusals.
 use crate::engine_client::pb::FinishReason::*;
-use crate::testing::{self, delta, first_response, id, last_delta, response, FakeEngine, Script};
+use crate::fake_engine::{
+    self, delta, first_response, id, last_delta, response, FakeEngine, Script,
+};
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use serde_json::{json, Value};
@@ -15,7 +17,12 @@ fn foo_bar() -> Script {
     Script::new(vec![
         first_response(3, 0, vec![delta(0, &["foo"])], false),
         response(
-            vec![last_delta(0, &["bar", "<eos>"], Stop, Some(testing::EOS))],
+            vec![last_delta(
+                0,
+                &["bar", "<eos>"],
+                Stop,
+                Some(fake_engine::EOS),
+            )],
             true,
         ),
     ])
@@ -44,7 +51,7 @@ async fn call(
 #[tokio::test]
 async fn a_response_object_with_one_message() {
     let engine = FakeEngine::new(vec![foo_bar()]);
-    let state = testing::state(engine.clone());
+    let state = fake_engine::state(engine.clone());
     let body = json!({"input": "Hello", "instructions": "Hello world", "metadata": {"k": "v"}});
     let (status, r) = call(state, "POST", PATH, Some(body)).await;
     assert_eq!(status, StatusCode::OK);
@@ -90,7 +97,7 @@ async fn a_response_object_with_one_message() {
 async fn streamed_events_in_order() {
     let engine = FakeEngine::new(vec![foo_bar()]);
     let body = json!({"input": "Hello", "stream": true});
-    let resp = testing::post(testing::state(engine), PATH, body).await;
+    let resp = fake_engine::post(fake_engine::state(engine), PATH, body).await;
     assert_eq!(resp.status(), StatusCode::OK);
     let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
         .await
@@ -147,7 +154,7 @@ async fn max_output_tokens_makes_it_incomplete() {
         true,
     )])]);
     let body = json!({"input": "Hello", "max_output_tokens": 1});
-    let (_, r) = call(testing::state(engine.clone()), "POST", PATH, Some(body)).await;
+    let (_, r) = call(fake_engine::state(engine.clone()), "POST", PATH, Some(body)).await;
     assert_eq!(r["status"], "incomplete");
     assert_eq!(
         r["incomplete_details"],
@@ -161,7 +168,7 @@ async fn max_output_tokens_makes_it_incomplete() {
 #[tokio::test]
 async fn stored_responses_continue_and_delete() {
     let engine = FakeEngine::new(vec![foo_bar(), foo_bar()]);
-    let state = testing::state(engine.clone());
+    let state = fake_engine::state(engine.clone());
     let (_, first) = call(
         state.clone(),
         "POST",
@@ -222,7 +229,7 @@ async fn stored_responses_continue_and_delete() {
 #[tokio::test]
 async fn store_false_is_not_kept() {
     let engine = FakeEngine::new(vec![foo_bar()]);
-    let state = testing::state(engine);
+    let state = fake_engine::state(engine);
     let body = json!({"input": "Hello", "store": false});
     let (_, r) = call(state.clone(), "POST", PATH, Some(body)).await;
     assert_eq!(r["store"], false);
@@ -255,7 +262,8 @@ async fn unsupported_fields_are_refused_by_name() {
         body.as_object_mut()
             .unwrap()
             .extend(extra.as_object().unwrap().clone());
-        let (status, err) = call(testing::state(engine.clone()), "POST", PATH, Some(body)).await;
+        let (status, err) =
+            call(fake_engine::state(engine.clone()), "POST", PATH, Some(body)).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{param}");
         assert_eq!(err["error"]["param"], param, "{err}");
         assert!(engine.requests.lock().unwrap().is_empty());
@@ -264,6 +272,6 @@ async fn unsupported_fields_are_refused_by_name() {
     let engine = FakeEngine::new(vec![foo_bar()]);
     let body = json!({"input": "Hello", "tools": [], "tool_choice": "auto", "reasoning": null,
                       "text": {"format": {"type": "text"}}, "include": [], "background": false});
-    let (status, _) = call(testing::state(engine), "POST", PATH, Some(body)).await;
+    let (status, _) = call(fake_engine::state(engine), "POST", PATH, Some(body)).await;
     assert_eq!(status, StatusCode::OK);
 }

@@ -1,16 +1,18 @@
 //! Token deltas to text events, response by response, as the worker would send them.
 use super::*;
 use crate::engine_client::pb::FinishReason::{Abort, Error, Length, Stop};
-use crate::testing::{self, delta, first_response, last_delta, response, show_event, FakeEngine};
+use crate::fake_engine::{
+    self, delta, first_response, last_delta, response, show_event, FakeEngine,
+};
 
 // The tests are async only because the test state's (unused) gRPC client needs a runtime.
 
 /// Feeds the responses in order and lists the events; `all finished` where every sequence
 /// has finished (the request ends there), `error <message>` where one fails.
 fn run(params: serde_json::Value, responses: Vec<pb::GenerateResponse>) -> Vec<String> {
-    let state = testing::state(FakeEngine::new(vec![]));
-    let params = testing::params(params);
-    let mut deltas = EngineEvents::new(state, &testing::prompt_ids(), &params, Instant::now());
+    let state = fake_engine::state(FakeEngine::new(vec![]));
+    let params = fake_engine::params(params);
+    let mut deltas = EngineEvents::new(state, &fake_engine::prompt_ids(), &params, Instant::now());
     let mut out = vec![];
     for resp in responses {
         match deltas.process(resp) {
@@ -111,15 +113,15 @@ async fn held_back_text_is_released_when_the_sequence_ends_otherwise() {
 async fn finish_reasons_from_the_engine_and_their_metrics() {
     // EOS: a stop without stop_reason; a stop token: its id is the stop_reason. Neither token
     // is text, even with special tokens kept.
-    let state = testing::state(FakeEngine::new(vec![]));
-    let params = testing::params(serde_json::json!({"n": 4, "skip_special_tokens": false}));
+    let state = fake_engine::state(FakeEngine::new(vec![]));
+    let params = fake_engine::params(serde_json::json!({"n": 4, "skip_special_tokens": false}));
     let mut deltas = EngineEvents::new(state.clone(), &[], &params, Instant::now());
     let mut first = first_response(
         3,
         0,
         vec![
-            last_delta(0, &["foo", "<eos>"], Stop, Some(testing::EOS)),
-            last_delta(1, &["bar", "<stop>"], Stop, Some(testing::STOP_TOKEN)),
+            last_delta(0, &["foo", "<eos>"], Stop, Some(fake_engine::EOS)),
+            last_delta(1, &["bar", "<stop>"], Stop, Some(fake_engine::STOP_TOKEN)),
             last_delta(2, &["baz"], Abort, None),
             last_delta(3, &["foo", "bar"], Length, None),
         ],
