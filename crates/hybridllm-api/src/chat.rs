@@ -242,3 +242,152 @@ impl ChatResponse {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregate::Collector;
+    use crate::context::test_context;
+    use crate::engine_io::PromptInfo;
+    use crate::request::parse_body;
+    use crate::sequence_text::Finish;
+    use crate::text_deltas::SeqOutput;
+
+    /// A frame's JSON with its id and timestamp masked.
+    fn parsed(frame: &[u8]) -> Value {
+        let text = std::str::from_utf8(frame).unwrap();
+        let body = text
+            .strip_prefix("data: ")
+            .unwrap()
+            .strip_suffix("\n\n")
+            .unwrap();
+        let mut v: Value = serde_json::from_str(body).unwrap();
+        v["id"] = json!("ID");
+        v["created"] = json!(0);
+        v
+    }
+
+    fn output(index: u32, text: &str, n: usize, finish: Option<(&'static str, Value)>) -> GenEvent {
+        GenEvent::Output(SeqOutput {
+            index,
+            text: text.into(),
+            num_tokens: n,
+            logprobs: vec![],
+            finish: finish.map(|(reason, stop_reason)| Finish {
+                reason,
+                stop_reason,
+            }),
+        })
+    }
+
+    fn call(ctx: &ApiContext, body: Value) -> (GenRequest, ChatResponse) {
+        let req = parse_body::<ChatRequest>(body.to_string().as_bytes()).unwrap();
+        let call = ChatCall::new(ctx, req).unwrap();
+        assert_eq!(call.prompt, "user: Hello assistant:");
+        let ids = ctx.tokenizer.encode(&call.prompt, false).unwrap();
+        call.plan(ctx, ids).unwrap()
+    }
+
+    #[test]
+    fn streamed_chunks() {
+        let ctx = test_context();
+        let body = json!({"messages": [{"role": "user", "content": "Hello"}], "stream": true,
+                          "stream_options": {"include_usage": true}, "max_tokens": 5});
+        let (gen, mut resp) = call(&ctx, body);
+        assert_eq!((gen.prompt_ids.clone(), gen.max_tokens), (vec![5, 1, 6], 5));
+        let head =
+            json!({"id": "ID", "object": "chat.completion.chunk", "created": 0, "model": "m"});
+        let chunk = |choices: Value, usage: Value| {
+            let mut c = head.clone();
+            c["choices"] = choices;
+            c["usage"] = usage;
+            c
+        };
+        let opening: Vec<Value> = resp.opening().iter().map(|f| parsed(f)).collect();
+        assert_eq!(
+            opening,
+            vec![chunk(
+                json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null}]),
+                Value::Null
+            )]
+        );
+        let tok = &ctx.tokenizer;
+        let info = PromptInfo {
+            prompt_tokens: 3,
+            cached_tokens: 2,
+            ..Default::default()
+        };
+        assert!(resp.event(tok, 0, &GenEvent::Prompt(info)).is_none());
+        let f = resp.event(tok, 0, &output(0, " world", 1, None)).unwrap();
+        assert_eq!(
+            parsed(&f),
+            chunk(
+                json!([{"index": 0, "delta": {"content": " world"}, "logprobs": null, "finish_reason": null}]),
+                Value::Null
+            )
+        );
+        assert!(resp.event(tok, 0, &output(0, "", 1, None)).is_none()); // nothing to say
+        let f = resp
+            .event(tok, 0, &output(0, "", 1, Some(("stop", json!("foo")))))
+            .unwrap();
+        assert_eq!(
+            parsed(&f),
+            chunk(
+                json!([{"index": 0, "delta": {}, "logprobs": null, "finish_reason": "stop", "stop_reason": "foo"}]),
+                Value::Null
+            )
+        );
+        let usage = json!({"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6, "prompt_tokens_details": {"cached_tokens": 2}});
+        assert_eq!(parsed(&resp.closing().unwrap()), chunk(json!([]), usage));
+    }
+
+    #[test]
+    fn one_body() {
+        let ctx = test_context();
+        let body = json!({"messages": [{"role": "user", "content": "Hello"}], "n": 2});
+        let (gen, resp) = call(&ctx, body);
+        assert_eq!(gen.max_tokens, 29); // what is left of the 32-token window
+        let tok = &ctx.tokenizer;
+        let mut c = Collector::new(2, vec![3]);
+        c.push(tok, 0, output(1, " foo", 2, Some(("length", Value::Null))));
+        c.push(tok, 0, output(0, " world", 1, Some(("stop", Value::Null))));
+        let mut v = resp.body(tok, c.finish());
+        v["id"] = json!("ID");
+        v["created"] = json!(0);
+        assert_eq!(
+            v,
+            json!({
+                "id": "ID", "object": "chat.completion", "created": 0, "model": "m",
+                "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": " world", "tool_calls": []},
+                     "logprobs": null, "finish_reason": "stop", "stop_reason": null},
+                    {"index": 1, "message": {"role": "assistant", "content": " foo", "tool_calls": []},
+                     "logprobs": null, "finish_reason": "length", "stop_reason": null},
+                ],
+                "usage": {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6,
+                          "prompt_tokens_details": {"cached_tokens": 0}},
+                "prompt_logprobs": null,
+            })
+        );
+    }
+
+    #[test]
+    fn refusals_name_the_field() {
+        let ctx = test_context();
+        let err = |body: Value| {
+            let req = parse_body::<ChatRequest>(body.to_string().as_bytes()).unwrap();
+            ChatCall::new(&ctx, req).err().unwrap().body()["error"].clone()
+        };
+        let hi = json!([{"role": "user", "content": "Hello"}]);
+        assert_eq!(
+            err(json!({"messages": hi, "top_logprobs": 2}))["param"],
+            "top_logprobs"
+        );
+        assert_eq!(
+            err(json!({"messages": hi, "use_beam_search": true, "stream": true}))["param"],
+            "stream"
+        );
+        assert_eq!(err(json!({"messages": []}))["param"], "messages");
+        assert_eq!(err(json!({"model": "x", "messages": hi}))["code"], 404);
+    }
+}

@@ -364,4 +364,90 @@ mod tests {
         assert!(parse_prompts(&json!(5)).is_err());
         assert!(parse_prompts(&json!([-1])).is_err());
     }
+
+    #[test]
+    fn echo_then_text_streamed_and_whole() {
+        use crate::aggregate::Collector;
+        use crate::context::test_context;
+        use crate::request::parse_body;
+        use crate::sequence_text::Finish;
+        use crate::text_deltas::SeqOutput;
+        let ctx = test_context();
+        let plan = |body: Value| {
+            let req = parse_body::<CompletionRequest>(body.to_string().as_bytes()).unwrap();
+            let call = CompletionCall::new(&ctx, req).unwrap();
+            let ids = call
+                .prompts
+                .iter()
+                .map(|p| match p {
+                    Prompt::Text(t) => ctx.tokenizer.encode(t, true).unwrap(),
+                    Prompt::Ids(ids) => ids.clone(),
+                })
+                .collect();
+            call.plan(&ctx, ids).unwrap()
+        };
+        let done = || {
+            GenEvent::Output(SeqOutput {
+                index: 0,
+                text: " foo".into(),
+                num_tokens: 1,
+                logprobs: vec![],
+                finish: Some(Finish {
+                    reason: "length",
+                    stop_reason: Value::Null,
+                }),
+            })
+        };
+        let masked = |mut v: Value| {
+            v["id"] = json!("ID");
+            v["created"] = json!(0);
+            v
+        };
+        // Streamed: the echoed prompt first, then the text; no usage unless asked for.
+        let (gens, mut resp) = plan(json!({"prompt": [1, 2], "echo": true, "stream": true}));
+        assert_eq!(
+            (gens.len(), gens[0].max_tokens, &gens[0].request_id[..5]),
+            (1, 16, "cmpl-")
+        );
+        let frames: Vec<Bytes> = resp
+            .opening()
+            .into_iter()
+            .chain(resp.event(&ctx.tokenizer, 0, &done()))
+            .collect();
+        let texts: Vec<Value> = frames
+            .iter()
+            .map(|f| {
+                let t = std::str::from_utf8(f).unwrap();
+                let v: Value = serde_json::from_str(&t[6..t.len() - 2]).unwrap();
+                v["choices"][0].clone()
+            })
+            .collect();
+        assert_eq!(
+            texts,
+            vec![
+                json!({"index": 0, "text": "Hello world", "logprobs": null, "finish_reason": null, "stop_reason": null}),
+                json!({"index": 0, "text": " foo", "logprobs": null, "finish_reason": "length", "stop_reason": null}),
+            ]
+        );
+        assert!(resp.closing().is_none());
+        // Whole: the echo and the text in one choice, per prompt.
+        let (gens, resp) =
+            plan(json!({"prompt": ["Hello", "world"], "echo": true, "max_tokens": 2}));
+        assert_eq!(
+            gens.iter()
+                .map(|g| g.request_id.ends_with("-1"))
+                .collect::<Vec<_>>(),
+            [false, true]
+        );
+        let mut c = Collector::new(1, resp.prompt_lens.clone());
+        c.push(&ctx.tokenizer, 0, done());
+        c.push(&ctx.tokenizer, 1, done());
+        let v = masked(resp.body(&ctx.tokenizer, c.finish()));
+        assert_eq!(
+            v["choices"][1],
+            json!({"index": 1, "text": "world foo", "logprobs": null,
+            "finish_reason": "length", "stop_reason": null, "prompt_logprobs": null})
+        );
+        assert_eq!(v["usage"]["total_tokens"], 4);
+    }
 }

@@ -98,3 +98,48 @@ impl ApiContext {
         }
     }
 }
+
+/// A context for the core's unit tests: a word-level tokenizer (ids 0.. for "[UNK] Hello
+/// world foo </s>", decoded joined by spaces), a one-line chat template, a 32-token window.
+#[cfg(test)]
+pub(crate) fn test_context() -> ApiContext {
+    let words = [
+        "[UNK]",
+        "Hello",
+        "world",
+        "foo",
+        "</s>",
+        "user:",
+        "assistant:",
+    ];
+    let vocab: serde_json::Map<String, Value> = words
+        .iter()
+        .enumerate()
+        .map(|(i, w)| (w.to_string(), serde_json::json!(i)))
+        .collect();
+    let json = serde_json::json!({
+        "version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
+        "normalizer": null, "pre_tokenizer": {"type": "WhitespaceSplit"},
+        "post_processor": null, "decoder": null,
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "[UNK]"},
+    });
+    let inner: tokenizers::Tokenizer = json.to_string().parse().expect("a valid tokenizer");
+    let template = "{% for m in messages %}{{ m.role }}: {{ m.content }} {% endfor %}\
+                    {% if add_generation_prompt %}assistant:{% endif %}";
+    ApiContext {
+        tokenizer: Arc::new(Tokenizer::new(inner)),
+        template: Some(ChatTemplate::compile(template).expect("a valid template")),
+        served_names: vec!["m".into()],
+        max_model_len: 32,
+        vocab_size: words.len(),
+        max_tokens_limit: None,
+        max_beam_width: 4,
+        embed: false,
+        bos_token: String::new(),
+        eos_token: "</s>".into(),
+        eos_token_ids: vec![4].into(),
+        max_num_seqs: 8,
+        hidden_size: 0,
+        lowercase_inputs: false,
+    }
+}
