@@ -439,6 +439,20 @@ fn stop_reason_value(v: &Bound<'_, PyAny>) -> PyResult<Value> {
     }
 }
 
+/// A prompt's facts as the worker's PromptInfo gives them.
+fn prompt_event(
+    prompt_tokens: u32,
+    cached_tokens: u32,
+    prompt_logprobs: &Bound<'_, PyAny>,
+) -> PyResult<GenEvent> {
+    Ok(GenEvent::Prompt(PromptInfo {
+        prompt_tokens,
+        cached_tokens,
+        prompt_logprobs: positions(prompt_logprobs)?,
+        queue_time_s: 0.0,
+    }))
+}
+
 /// One output as the shell's SequenceText made it.
 fn seq_output(
     index: u32,
@@ -544,13 +558,8 @@ impl Response {
         cached_tokens: u32,
         prompt_logprobs: &Bound<'py, PyAny>,
     ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
-        let info = PromptInfo {
-            prompt_tokens,
-            cached_tokens,
-            prompt_logprobs: positions(prompt_logprobs)?,
-            queue_time_s: 0.0,
-        };
-        Ok(self.feed(py, p, GenEvent::Prompt(info)))
+        let ev = prompt_event(prompt_tokens, cached_tokens, prompt_logprobs)?;
+        Ok(self.feed(py, p, ev))
     }
 
     /// One output of sequence `index` of prompt `p` (SequenceText's text and finish).
@@ -872,13 +881,10 @@ impl ResponsesResponse {
         cached_tokens: u32,
         prompt_logprobs: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        let info = PromptInfo {
-            prompt_tokens,
-            cached_tokens,
-            prompt_logprobs: positions(prompt_logprobs)?,
-            queue_time_s: 0.0,
-        };
-        self.feed(p, GenEvent::Prompt(info));
+        self.feed(
+            p,
+            prompt_event(prompt_tokens, cached_tokens, prompt_logprobs)?,
+        );
         Ok(())
     }
 

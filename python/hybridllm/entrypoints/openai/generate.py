@@ -66,6 +66,7 @@ class GenStream:
                                    req.skip_special_tokens, req.spaces_between_special_tokens)
                       for _ in range(n)]
         self.finished, self.engine_finished = [False] * n, [False] * n
+        self.eos = list(state.model_info.eos_token_ids)
         state.metrics.in_flight.inc()
         self.cost = len(req.prompt_ids) + n * req.max_tokens  # the router's outstanding tokens
         state.metrics.worker_requests.inc()
@@ -108,8 +109,7 @@ class GenStream:
                 raise internal(resp.error or "engine error")
             stop_id = d.stop_token_id if d.HasField("stop_token_id") else None
             text, reason, stop_reason = self.texts[i].push(
-                tok, d.token_ids, _ENGINE_FINISH.get(ef, "stop"), stop_id,
-                st.model_info.eos_token_ids)
+                tok, d.token_ids, _ENGINE_FINISH.get(ef, "stop"), stop_id, self.eos)
             finish = Finish(reason, stop_reason) if reason is not None else None
             if finish is not None:
                 self.finished[i] = True
@@ -142,11 +142,10 @@ class GenStream:
             asyncio.ensure_future(self.state.engine.abort([self.req.request_id]))
 
 
-async def generate_many(state: AppState,
-                        reqs: list[_api.EngineRequest]) -> tuple[list[pb.PromptInfo], Events]:
+async def generate_many(state: AppState, reqs: list[_api.EngineRequest]) -> Events:
     """Starts one call per prompt and waits for each one's first message, so a rejected
     request is still an HTTP error rather than an error inside a 200 stream; then merges their
-    events by prompt index. The prompts' info is their lengths until the engine's arrives."""
+    events by prompt index."""
     streams: list[GenStream] = []
     try:
         for r in reqs:
@@ -159,7 +158,7 @@ async def generate_many(state: AppState,
                 s.engine_finished = [True] * len(s.engine_finished)
             await s.close()
         raise
-    return [pb.PromptInfo(prompt_tokens=len(s.req.prompt_ids)) for s in streams], _merge(streams)
+    return _merge(streams)
 
 
 async def _merge(streams: list[GenStream]) -> Events:
@@ -202,16 +201,22 @@ def feed(resp: _api.Response | _api.ResponsesResponse, p: int, ev: Event) -> lis
 async def respond(request: Request, state: AppState, gens: list[_api.EngineRequest],
                   resp: _api.Response) -> Response:
     """Runs the engine requests and answers with the core's response of their events."""
-    _, events = await unless_disconnected(request, generate_many(state, gens))
+    events = await unless_disconnected(request, generate_many(state, gens))
     if resp.stream:
         return SSEResponse(_frames(resp, events))
+    await feed_all(request, resp, events)
+    return Response(resp.body(), media_type="application/json")
+
+
+async def feed_all(request: Request, resp: _api.Response | _api.ResponsesResponse,
+                   events: Events) -> None:
+    """A response not streamed: every event into it, cancelled if the client hangs up."""
 
     async def run() -> None:
         async for p, ev in events:
             feed(resp, p, ev)
 
     await unless_disconnected(request, run())
-    return Response(resp.body(), media_type="application/json")
 
 
 async def _frames(resp: _api.Response, events: Events) -> AsyncIterator[bytes]:

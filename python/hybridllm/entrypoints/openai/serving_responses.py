@@ -15,7 +15,13 @@ from hybridllm import _api
 from hybridllm.entrypoints.openai.body import read_body
 from hybridllm.entrypoints.openai.disconnect import unless_disconnected
 from hybridllm.entrypoints.openai.errors import ApiError
-from hybridllm.entrypoints.openai.generate import Events, feed, generate_many, tokenize
+from hybridllm.entrypoints.openai.generate import (
+    Events,
+    feed,
+    feed_all,
+    generate_many,
+    tokenize,
+)
 from hybridllm.entrypoints.openai.sse import SSEResponse
 from hybridllm.entrypoints.openai.state import AppState, get_state
 
@@ -49,15 +55,10 @@ async def create_response(request: Request) -> Response:
             break
         first += 1
     gen, resp = call.plan(ids, max_tokens)
-    _, events = await unless_disconnected(request, generate_many(state, [gen]))
+    events = await unless_disconnected(request, generate_many(state, [gen]))
     if resp.stream:
         return SSEResponse(_stream(resp, events), done=False)
-
-    async def run() -> None:
-        async for p, ev in events:
-            feed(resp, p, ev)
-
-    await unless_disconnected(request, run())
+    await feed_all(request, resp, events)
     return _json(resp.body())
 
 
