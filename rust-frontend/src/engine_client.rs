@@ -121,14 +121,14 @@ impl From<pb::PromptInfo> for hybridllm_api::engine_io::PromptInfo {
 }
 
 impl From<pb::SequenceDelta> for hybridllm_api::engine_io::SequenceDelta {
-    /// An ERROR finish is the caller's to end the request with; here it reads as a stop.
     fn from(d: pb::SequenceDelta) -> Self {
         use hybridllm_api::engine_io::EngineFinish;
         let finish = match pb::FinishReason::try_from(d.finish_reason) {
             Ok(pb::FinishReason::Unspecified) | Err(_) => EngineFinish::Running,
             Ok(pb::FinishReason::Length) => EngineFinish::Length,
             Ok(pb::FinishReason::Abort) => EngineFinish::Abort,
-            Ok(pb::FinishReason::Stop | pb::FinishReason::Error) => EngineFinish::Stop,
+            Ok(pb::FinishReason::Stop) => EngineFinish::Stop,
+            Ok(pb::FinishReason::Error) => EngineFinish::Error,
         };
         hybridllm_api::engine_io::SequenceDelta {
             index: d.index,
@@ -136,6 +136,31 @@ impl From<pb::SequenceDelta> for hybridllm_api::engine_io::SequenceDelta {
             logprobs: d.logprobs.into_iter().map(Into::into).collect(),
             finish,
             stop_token_id: d.stop_token_id,
+        }
+    }
+}
+
+impl From<pb::GenerateResponse> for hybridllm_api::engine_io::EngineStep {
+    fn from(r: pb::GenerateResponse) -> Self {
+        hybridllm_api::engine_io::EngineStep {
+            prompt: r.prompt.map(Into::into),
+            sequences: r.sequences.into_iter().map(Into::into).collect(),
+            error: r.error,
+        }
+    }
+}
+
+impl From<pb::LoadResponse> for hybridllm_api::metrics::EngineLoad {
+    fn from(l: pb::LoadResponse) -> Self {
+        hybridllm_api::metrics::EngineLoad {
+            num_running: l.num_running,
+            num_waiting: l.num_waiting,
+            kv_cache_usage: l.kv_cache_usage,
+            prompt_tokens_total: l.prompt_tokens_total,
+            generation_tokens_total: l.generation_tokens_total,
+            prefix_cache_queries_total: l.prefix_cache_queries_total,
+            prefix_cache_hits_total: l.prefix_cache_hits_total,
+            num_preemptions_total: l.num_preemptions_total,
         }
     }
 }

@@ -25,27 +25,12 @@ impl IntoResponse for HttpError {
     }
 }
 
-/// Maps a gRPC status from the worker.
+/// A gRPC status from the worker, as the core maps it. A status made here from a transport
+/// error (the worker's connection dropped mid-stream, as when it is killed) carries its
+/// source; one sent by the worker does not.
 pub fn from_status(s: tonic::Status) -> ApiError {
-    use tonic::Code;
-    match s.code() {
-        Code::InvalidArgument | Code::OutOfRange | Code::FailedPrecondition => {
-            ApiError::bad(s.message())
-        }
-        Code::NotFound => ApiError::NotFound(s.message().to_string()),
-        Code::ResourceExhausted => ApiError::TooManyRequests(s.message().to_string()),
-        Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled => {
-            ApiError::Unavailable(format!("The engine is unavailable: {}", s.message()))
-        }
-        // A status made here from a transport error (the worker's connection dropped
-        // mid-stream, as when it is killed) carries its source; one sent by the worker
-        // does not. The former is an unavailable engine, not a server bug.
-        _ if std::error::Error::source(&s).is_some() => ApiError::Unavailable(format!(
-            "The engine is unavailable: the connection to it was lost ({})",
-            s.message()
-        )),
-        _ => ApiError::Internal(format!("Engine error: {}", s.message())),
-    }
+    let lost = std::error::Error::source(&s).is_some();
+    ApiError::from_engine(s.code() as i32, s.message(), None, lost)
 }
 
 #[cfg(test)]

@@ -268,6 +268,7 @@ pub fn state(engine: Arc<FakeEngine>) -> Arc<AppState> {
     let vocab_size = tokenizer.vocab_size();
     let (max_tokens_limit, max_beam_width) = (config.max_tokens_limit, config.max_beam_width);
     Arc::new(AppState {
+        auth: crate::state::auth(&config),
         config,
         engine,
         // Never called by these tests; lazy, so nothing connects.
@@ -293,7 +294,7 @@ pub fn state(engine: Arc<FakeEngine>) -> Arc<AppState> {
             eos_token_ids: vec![EOS],
             ..Default::default()
         },
-        metrics: Metrics::new(),
+        metrics: Arc::new(Metrics::new()),
         responses: hybridllm_api::response_store::ResponseStore::new(8),
         created: 0,
     })

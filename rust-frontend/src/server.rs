@@ -111,7 +111,7 @@ pub async fn build_state(args: &ServeArgs) -> anyhow::Result<Arc<AppState>> {
     let vocab_size = (info.vocab_size as usize).max(tokenizer.vocab_size());
     tracing::info!(model = %served_names[0], max_model_len, "engine ready");
     let responses = hybridllm_api::response_store::ResponseStore::new(config.responses_store_size);
-    let metrics = Metrics::new();
+    let metrics = Arc::new(Metrics::new());
     let workers = clients
         .iter()
         .enumerate()
@@ -139,6 +139,7 @@ pub async fn build_state(args: &ServeArgs) -> anyhow::Result<Arc<AppState>> {
         router.clone().watch(clients.clone(), WORKER_PROBE);
     }
     Ok(Arc::new(AppState {
+        auth: crate::state::auth(&config),
         keep_alive: args.keep_alive,
         engine: router,
         engine_clients: clients,

@@ -4,12 +4,15 @@ use crate::config::ServeConfig;
 use crate::engine::Engine;
 use crate::engine_client::{pb, EngineClient};
 use crate::metrics::Metrics;
+use hybridllm_api::auth::Auth;
 use hybridllm_api::context::ApiContext;
 use hybridllm_api::response_store::ResponseStore;
 use std::sync::Arc;
 
 pub struct AppState {
     pub config: ServeConfig,
+    /// Who may call what (the core's rule, from `config`'s keys and open paths).
+    pub auth: Auth,
     /// Generate requests (in production `EngineRouter`: one GenerateStream call per worker).
     pub engine: Arc<dyn Engine>,
     /// Health and GetLoad of each engine worker, for /health and /metrics.
@@ -20,8 +23,18 @@ pub struct AppState {
     /// context window and vocabulary, limits, the model's special tokens.
     pub api: ApiContext,
     pub model_info: pb::ModelInfo,
-    pub metrics: Metrics,
+    /// The core's families, shared with each request's `EngineEvents`.
+    pub metrics: Arc<Metrics>,
     /// `/v1/responses` objects created with `store: true`.
     pub responses: ResponseStore,
     pub created: i64,
+}
+
+/// The core's auth rule for a configuration.
+pub fn auth(config: &ServeConfig) -> Auth {
+    Auth::new(
+        config.api_keys.clone(),
+        config.metrics_no_auth,
+        !config.disable_playground,
+    )
 }

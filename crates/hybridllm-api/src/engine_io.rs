@@ -38,3 +38,13 @@ pub struct SequenceDelta {
     /// Which token ended the sequence (EOS or a stop token id), when it did.
     pub stop_token_id: Option<u32>,
 }
+
+/// One engine step's report on a request: its prompt facts (the first step only), each
+/// sequence's new tokens, and why the engine failed it (empty unless a sequence finished
+/// with `EngineFinish::Error`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EngineStep {
+    pub prompt: Option<PromptInfo>,
+    pub sequences: Vec<SequenceDelta>,
+    pub error: String,
+}

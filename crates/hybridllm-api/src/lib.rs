@@ -4,6 +4,7 @@
 //! frontend (axum, tonic) and the Python fallback (through the `hybridllm-py` extension)
 //! are shells around it.
 pub mod aggregate;
+pub mod auth;
 pub mod beam_search;
 pub mod chat;
 pub mod completions;
@@ -13,6 +14,7 @@ pub mod engine_io;
 pub mod errors;
 pub mod limits;
 pub mod logprobs;
+pub mod metrics;
 pub mod prompt;
 pub mod request;
 pub mod response_store;

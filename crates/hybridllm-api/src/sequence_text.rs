@@ -14,6 +14,8 @@ pub enum EngineFinish {
     Stop,
     Length,
     Abort,
+    /// The engine failed the request (its step says why); no text follows.
+    Error,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -1,13 +1,18 @@
 //! From the engine's token deltas to text deltas per sequence (incremental detokenization,
 //! stop strings held back while they may still match, finish reasons): the events every
-//! response of chat, completions and the Responses API is built from.
-use crate::engine_io::{PositionLogprobs, PromptInfo, SequenceDelta};
+//! response of chat, completions and the Responses API is built from. `EngineEvents` reads a
+//! request's engine steps for both shells: its events, the engine's errors that end it, and
+//! the queue time, time to first token, time between tokens and finish reasons as metrics.
+use crate::engine_io::{EngineFinish, EngineStep, PositionLogprobs, PromptInfo, SequenceDelta};
 use crate::errors::ApiError;
+use crate::metrics::Metrics;
 use crate::sequence_text::{Finish, SequenceText};
 use crate::text::tokenizer::Tokenizer;
 use crate::validation::GenParams;
 use std::sync::Arc;
+use std::time::Instant;
 
+#[derive(Debug)]
 pub enum GenEvent {
     /// The prompt facts (the first event of a prompt).
     Prompt(PromptInfo),
@@ -89,5 +94,91 @@ impl TextDeltas {
             logprobs: d.logprobs,
             finish,
         }))
+    }
+}
+
+/// One request's engine steps, read in order.
+pub struct EngineEvents {
+    metrics: Arc<Metrics>,
+    deltas: TextDeltas,
+    /// When the request started, for the time to first token.
+    start: Instant,
+    last_token: Option<Instant>,
+    /// Per sequence: whether the engine itself has finished it (a stop string ends a
+    /// sequence the engine still runs, which the shell must then abort).
+    engine_finished: Vec<bool>,
+}
+
+impl EngineEvents {
+    pub fn new(
+        metrics: Arc<Metrics>,
+        tokenizer: Arc<Tokenizer>,
+        eos: Arc<[u32]>,
+        prompt_ids: &[u32],
+        p: &GenParams,
+        start: Instant,
+    ) -> Self {
+        EngineEvents {
+            metrics,
+            deltas: TextDeltas::new(tokenizer, eos, prompt_ids, p),
+            start,
+            last_token: None,
+            engine_finished: vec![false; p.n as usize],
+        }
+    }
+
+    /// Every sequence has its finish reason: no more events.
+    pub fn all_finished(&self) -> bool {
+        self.deltas.all_finished()
+    }
+
+    /// The engine has finished every sequence: nothing to abort.
+    pub fn engine_done(&self) -> bool {
+        self.engine_finished.iter().all(|f| *f)
+    }
+
+    /// The events of one engine step; an error ends the request.
+    pub fn process(&mut self, step: EngineStep) -> Result<Vec<GenEvent>, ApiError> {
+        let mut events = vec![];
+        if let Some(p) = step.prompt {
+            self.metrics.queue_time.observe(p.queue_time_s as f64);
+            events.push(GenEvent::Prompt(p));
+        }
+        let now = Instant::now();
+        if step.sequences.iter().any(|d| !d.token_ids.is_empty()) {
+            let since = self.last_token.unwrap_or(self.start);
+            let h = match self.last_token {
+                None => &self.metrics.ttft,
+                Some(_) => &self.metrics.itl,
+            };
+            h.observe((now - since).as_secs_f64());
+            self.last_token = Some(now);
+        }
+        for d in step.sequences {
+            if let Some(f) = self.engine_finished.get_mut(d.index as usize) {
+                *f |= d.finish != EngineFinish::Running;
+            }
+            if self.deltas.finished(d.index) == Some(true) {
+                continue;
+            }
+            if d.finish == EngineFinish::Error {
+                return Err(ApiError::Internal(if step.error.is_empty() {
+                    "engine error".into()
+                } else {
+                    step.error
+                }));
+            }
+            let Some(out) = self.deltas.push(d)? else {
+                continue;
+            };
+            if let Some(f) = &out.finish {
+                self.metrics
+                    .request_success
+                    .with_label_values(&[f.reason])
+                    .inc();
+            }
+            events.push(GenEvent::Output(out));
+        }
+        Ok(events)
     }
 }

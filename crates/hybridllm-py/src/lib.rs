@@ -2,6 +2,7 @@
 //! the offline `LLM`), so that its rules (chat prompts, detokenization, stop strings, finish
 //! reasons, errors) are the Rust frontend's own code, not a copy. Only conversion lives here.
 use hybridllm_api::aggregate::Collector;
+use hybridllm_api::auth::Auth as CoreAuth;
 use hybridllm_api::chat::{ChatCall as CoreChatCall, ChatRequest, ChatResponse};
 use hybridllm_api::completions::{
     CompletionCall as CoreCompletionCall, CompletionRequest, CompletionResponse, Prompt,
@@ -11,8 +12,11 @@ use hybridllm_api::embeddings::{
     EmbeddingCall as CoreEmbeddingCall, EmbeddingRequest,
     EmbeddingResponse as CoreEmbeddingResponse,
 };
-use hybridllm_api::engine_io::{PositionLogprobs, PromptInfo, TokenLogprob};
+use hybridllm_api::engine_io::{
+    EngineStep, PositionLogprobs, PromptInfo, SequenceDelta, TokenLogprob,
+};
 use hybridllm_api::errors::ApiError as CoreError;
+use hybridllm_api::metrics::{EngineLoad, Metrics as CoreMetrics};
 use hybridllm_api::request::parse_body;
 use hybridllm_api::response_store::ResponseStore as CoreStore;
 use hybridllm_api::responses::input::ResponsesRequest;
@@ -23,7 +27,7 @@ use hybridllm_api::responses::{
 use hybridllm_api::sequence_text::{EngineFinish, SequenceText as CoreSequenceText};
 use hybridllm_api::text::chat_template::ChatTemplate as CoreTemplate;
 use hybridllm_api::text::tokenizer::{DecodeOpts, Tokenizer as CoreTokenizer};
-use hybridllm_api::text_deltas::{GenEvent, SeqOutput};
+use hybridllm_api::text_deltas::{EngineEvents as CoreEngineEvents, GenEvent};
 use hybridllm_api::tokenize::{DetokenizeRequest, TokenizeCall, TokenizeRequest};
 use hybridllm_api::validation::GenRequest;
 use pyo3::create_exception;
@@ -429,64 +433,6 @@ fn positions(lps: &Bound<'_, PyAny>) -> PyResult<Vec<PositionLogprobs>> {
     Ok(out)
 }
 
-fn stop_reason_value(v: &Bound<'_, PyAny>) -> PyResult<Value> {
-    if v.is_none() {
-        Ok(Value::Null)
-    } else if let Ok(s) = v.extract::<String>() {
-        Ok(Value::String(s))
-    } else {
-        Ok(serde_json::json!(v.extract::<u64>()?))
-    }
-}
-
-/// A prompt's facts as the worker's PromptInfo gives them.
-fn prompt_event(
-    prompt_tokens: u32,
-    cached_tokens: u32,
-    prompt_logprobs: &Bound<'_, PyAny>,
-) -> PyResult<GenEvent> {
-    Ok(GenEvent::Prompt(PromptInfo {
-        prompt_tokens,
-        cached_tokens,
-        prompt_logprobs: positions(prompt_logprobs)?,
-        queue_time_s: 0.0,
-    }))
-}
-
-/// One output as the shell's SequenceText made it.
-fn seq_output(
-    index: u32,
-    text: String,
-    num_tokens: usize,
-    logprobs: &Bound<'_, PyAny>,
-    finish_reason: Option<String>,
-    stop_reason: &Bound<'_, PyAny>,
-) -> PyResult<SeqOutput> {
-    let finish = match finish_reason.as_deref() {
-        None => None,
-        Some(r) => Some(hybridllm_api::sequence_text::Finish {
-            reason: match r {
-                "stop" => "stop",
-                "length" => "length",
-                "abort" => "abort",
-                other => {
-                    return Err(PyValueError::new_err(format!(
-                        "unknown finish reason {other:?}"
-                    )))
-                }
-            },
-            stop_reason: stop_reason_value(stop_reason)?,
-        }),
-    };
-    Ok(SeqOutput {
-        index,
-        text,
-        num_tokens,
-        logprobs: positions(logprobs)?,
-        finish,
-    })
-}
-
 enum Kind {
     Chat(ChatResponse),
     Completion(CompletionResponse),
@@ -548,43 +494,19 @@ impl Response {
         frames.iter().map(|f| PyBytes::new(py, f)).collect()
     }
 
-    /// Prompt `p`'s facts (the worker's PromptInfo fields).
-    #[pyo3(signature = (p, prompt_tokens, cached_tokens, prompt_logprobs))]
-    fn prompt<'py>(
+    /// One engine step's events of prompt `p` (`EngineEvents.process`): their frames when
+    /// streamed, else nothing (collected for `body()`).
+    fn feed_step<'py>(
         &mut self,
         py: Python<'py>,
         p: usize,
-        prompt_tokens: u32,
-        cached_tokens: u32,
-        prompt_logprobs: &Bound<'py, PyAny>,
-    ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
-        let ev = prompt_event(prompt_tokens, cached_tokens, prompt_logprobs)?;
-        Ok(self.feed(py, p, ev))
-    }
-
-    /// One output of sequence `index` of prompt `p` (SequenceText's text and finish).
-    #[pyo3(signature = (p, index, text, num_tokens, logprobs, finish_reason, stop_reason))]
-    #[allow(clippy::too_many_arguments)]
-    fn output<'py>(
-        &mut self,
-        py: Python<'py>,
-        p: usize,
-        index: u32,
-        text: String,
-        num_tokens: usize,
-        logprobs: &Bound<'py, PyAny>,
-        finish_reason: Option<String>,
-        stop_reason: &Bound<'py, PyAny>,
-    ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
-        let out = seq_output(
-            index,
-            text,
-            num_tokens,
-            logprobs,
-            finish_reason,
-            stop_reason,
-        )?;
-        Ok(self.feed(py, p, GenEvent::Output(out)))
+        mut step: PyRefMut<'_, Step>,
+    ) -> Vec<Bound<'py, PyBytes>> {
+        let mut frames = vec![];
+        for ev in std::mem::take(&mut step.events) {
+            frames.extend(self.feed(py, p, ev));
+        }
+        frames
     }
 
     /// The last frame (the usage, when asked for).
@@ -873,43 +795,11 @@ impl ResponsesResponse {
         self.inner.opening();
     }
 
-    #[pyo3(signature = (p, prompt_tokens, cached_tokens, prompt_logprobs))]
-    fn prompt(
-        &mut self,
-        p: usize,
-        prompt_tokens: u32,
-        cached_tokens: u32,
-        prompt_logprobs: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
-        self.feed(
-            p,
-            prompt_event(prompt_tokens, cached_tokens, prompt_logprobs)?,
-        );
-        Ok(())
-    }
-
-    #[pyo3(signature = (p, index, text, num_tokens, logprobs, finish_reason, stop_reason))]
-    #[allow(clippy::too_many_arguments)]
-    fn output(
-        &mut self,
-        p: usize,
-        index: u32,
-        text: String,
-        num_tokens: usize,
-        logprobs: &Bound<'_, PyAny>,
-        finish_reason: Option<String>,
-        stop_reason: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
-        let out = seq_output(
-            index,
-            text,
-            num_tokens,
-            logprobs,
-            finish_reason,
-            stop_reason,
-        )?;
-        self.feed(p, GenEvent::Output(out));
-        Ok(())
+    /// One engine step's events of prompt `p` (`EngineEvents.process`).
+    fn feed_step(&mut self, p: usize, mut step: PyRefMut<'_, Step>) {
+        for ev in std::mem::take(&mut step.events) {
+            self.feed(p, ev);
+        }
     }
 
     /// The events written since the last take (None: none).
@@ -917,18 +807,19 @@ impl ResponsesResponse {
         self.inner.take().map(|b| PyBytes::new(py, &b))
     }
 
-    /// The stream's end when generation failed: an `error` event for the refusal
-    /// (status, message, param) the shell met.
-    #[pyo3(signature = (status, message, param=None))]
+    /// The stream's end when generation failed: an `error` event for the refusal (an
+    /// ApiError) the shell met.
     fn error<'py>(
         &mut self,
         py: Python<'py>,
-        status: u16,
-        message: String,
-        param: Option<String>,
-    ) -> Bound<'py, PyBytes> {
-        let e = CoreError::with_status(status, message, param);
-        PyBytes::new(py, &self.inner.error(&e))
+        e: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let (status, body, _): (u16, String, Py<PyAny>) = e.getattr("args")?.extract()?;
+        let body = parse_json("error body", &body)?;
+        let field = |k: &str| body["error"][k].as_str().map(str::to_string);
+        let e =
+            CoreError::with_status(status, field("message").unwrap_or_default(), field("param"));
+        Ok(PyBytes::new(py, &self.inner.error(&e)))
     }
 
     fn closing<'py>(&mut self, py: Python<'py>) -> Bound<'py, PyBytes> {
@@ -1055,6 +946,209 @@ fn check_body_size(size: usize, limit: usize) -> PyResult<()> {
     hybridllm_api::limits::check_body_size(size, limit).map_err(api_error)
 }
 
+/// A worker message (GenerateResponse, read by attribute) in the core's types.
+fn engine_step(msg: &Bound<'_, PyAny>) -> PyResult<EngineStep> {
+    let has = |o: &Bound<'_, PyAny>, f: &str| -> PyResult<bool> {
+        o.call_method1("HasField", (f,))?.extract()
+    };
+    let prompt = match has(msg, "prompt")? {
+        false => None,
+        true => {
+            let p = msg.getattr("prompt")?;
+            Some(PromptInfo {
+                prompt_tokens: p.getattr("prompt_tokens")?.extract()?,
+                cached_tokens: p.getattr("cached_tokens")?.extract()?,
+                prompt_logprobs: positions(&p.getattr("prompt_logprobs")?)?,
+                queue_time_s: p.getattr("queue_time_s")?.extract()?,
+            })
+        }
+    };
+    let mut sequences = vec![];
+    for d in msg.getattr("sequences")?.try_iter()? {
+        let d = d?;
+        // The proto's FinishReason numbers.
+        let finish = match d.getattr("finish_reason")?.extract::<i32>()? {
+            1 => EngineFinish::Length,
+            2 => EngineFinish::Stop,
+            3 => EngineFinish::Abort,
+            4 => EngineFinish::Error,
+            _ => EngineFinish::Running,
+        };
+        sequences.push(SequenceDelta {
+            index: d.getattr("index")?.extract()?,
+            token_ids: d.getattr("token_ids")?.extract()?,
+            logprobs: positions(&d.getattr("logprobs")?)?,
+            finish,
+            stop_token_id: match has(&d, "stop_token_id")? {
+                true => Some(d.getattr("stop_token_id")?.extract()?),
+                false => None,
+            },
+        });
+    }
+    Ok(EngineStep {
+        prompt,
+        sequences,
+        error: msg.getattr("error")?.extract()?,
+    })
+}
+
+/// The core's Prometheus metrics (`hybridllm_api::metrics`), for a shell with one engine
+/// worker, labelled "0".
+#[pyclass(frozen, module = "hybridllm._api")]
+struct Metrics {
+    inner: Arc<CoreMetrics>,
+}
+
+#[pymethods]
+impl Metrics {
+    #[new]
+    fn new() -> Self {
+        let m = CoreMetrics::new();
+        m.worker_up.with_label_values(&["0"]).set(1); // never taken out of a rotation of one
+        m.worker_requests.with_label_values(&["0"]);
+        m.worker_outstanding_tokens.with_label_values(&["0"]);
+        Metrics { inner: Arc::new(m) }
+    }
+
+    /// A generation request went to the worker; `cost`: its prompt and maximum output tokens.
+    fn request_started(&self, cost: i64) {
+        self.inner.in_flight.inc();
+        self.inner.worker_requests.with_label_values(&["0"]).inc();
+        let load = self
+            .inner
+            .worker_outstanding_tokens
+            .with_label_values(&["0"]);
+        load.add(cost);
+    }
+
+    /// It ended (however), `seconds` after it started.
+    fn request_ended(&self, cost: i64, seconds: f64) {
+        self.inner.in_flight.dec();
+        let load = self
+            .inner
+            .worker_outstanding_tokens
+            .with_label_values(&["0"]);
+        load.sub(cost);
+        self.inner.e2e.observe(seconds);
+    }
+
+    /// The worker's LoadResponse (read by attribute).
+    fn apply_load(&self, load: &Bound<'_, PyAny>) -> PyResult<()> {
+        macro_rules! read {
+            ($($f:ident),*) => { EngineLoad { $($f: load.getattr(stringify!($f))?.extract()?,)* } };
+        }
+        self.inner.apply_load(&read!(
+            num_running,
+            num_waiting,
+            kv_cache_usage,
+            prompt_tokens_total,
+            generation_tokens_total,
+            prefix_cache_queries_total,
+            prefix_cache_hits_total,
+            num_preemptions_total
+        ));
+        Ok(())
+    }
+
+    /// The exposition text.
+    fn render<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, self.inner.encode().as_bytes())
+    }
+}
+
+/// One engine step's events, for a response's `feed_step` (which takes them).
+#[pyclass(module = "hybridllm._api")]
+struct Step {
+    events: Vec<GenEvent>,
+}
+
+/// One engine request's worker messages read by the core: text per sequence, finish
+/// reasons, the engine's errors and the per-request metrics (`hybridllm_api::text_deltas`).
+#[pyclass(module = "hybridllm._api")]
+struct EngineEvents {
+    inner: CoreEngineEvents,
+}
+
+#[pymethods]
+impl EngineEvents {
+    /// The request starts now (for the time to first token).
+    #[new]
+    fn new(ctx: &Context, metrics: &Metrics, req: &EngineRequest) -> Self {
+        EngineEvents {
+            inner: CoreEngineEvents::new(
+                metrics.inner.clone(),
+                ctx.inner.tokenizer.clone(),
+                ctx.inner.eos_token_ids.clone(),
+                &req.gen.prompt_ids,
+                &req.gen.params,
+                std::time::Instant::now(),
+            ),
+        }
+    }
+
+    /// Every sequence has its finish reason: no more events.
+    #[getter]
+    fn all_finished(&self) -> bool {
+        self.inner.all_finished()
+    }
+
+    /// The engine has finished every sequence (else closing the call must abort it).
+    #[getter]
+    fn engine_done(&self) -> bool {
+        self.inner.engine_done()
+    }
+
+    /// One worker message (GenerateResponse); raises ApiError when the engine failed the
+    /// request.
+    fn process(&mut self, msg: &Bound<'_, PyAny>) -> PyResult<Step> {
+        let events = self.inner.process(engine_step(msg)?).map_err(api_error)?;
+        Ok(Step { events })
+    }
+}
+
+/// The engine's refusal or failure of a request (a gRPC status code number), as the API
+/// answers it.
+#[pyfunction]
+#[pyo3(signature = (code, message, param=None))]
+fn engine_error(code: i32, message: &str, param: Option<String>) -> PyErr {
+    api_error(CoreError::from_engine(code, message, param, false))
+}
+
+/// A refusal of the shell's own (an unknown path, a bug), as the core writes every refusal.
+#[pyfunction]
+#[pyo3(signature = (status, message, param=None))]
+fn error(status: u16, message: String, param: Option<String>) -> PyErr {
+    api_error(CoreError::with_status(status, message, param))
+}
+
+/// Who may call what (`hybridllm_api::auth`).
+#[pyclass(frozen, module = "hybridllm._api")]
+struct Auth {
+    inner: CoreAuth,
+}
+
+#[pymethods]
+impl Auth {
+    #[new]
+    fn new(keys: Vec<String>, metrics_no_auth: bool, playground: bool) -> Self {
+        Auth {
+            inner: CoreAuth::new(keys, metrics_no_auth, playground),
+        }
+    }
+
+    /// Raises ApiError (401) unless the request may go on.
+    fn check(&self, method: &str, path: &str, authorization: Option<&str>) -> PyResult<()> {
+        self.inner
+            .check(method, path, authorization)
+            .map_err(api_error)
+    }
+
+    /// Who may see a stored response created with this Authorization header.
+    fn owner(&self, authorization: Option<&str>) -> Option<String> {
+        self.inner.owner(authorization).map(str::to_string)
+    }
+}
+
 #[pymodule]
 fn _api(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(check_headers, m)?)?;
@@ -1074,6 +1168,12 @@ fn _api(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Context>()?;
     m.add_class::<EngineRequest>()?;
     m.add_class::<Response>()?;
+    m.add_class::<Metrics>()?;
+    m.add_class::<Step>()?;
+    m.add_class::<EngineEvents>()?;
+    m.add_class::<Auth>()?;
+    m.add_function(wrap_pyfunction!(engine_error, m)?)?;
+    m.add_function(wrap_pyfunction!(error, m)?)?;
     m.add_class::<ChatCall>()?;
     m.add_class::<CompletionCall>()?;
     m.add("ApiError", m.py().get_type::<ApiError>())?;

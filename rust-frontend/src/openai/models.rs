@@ -65,7 +65,7 @@ pub async fn openapi() -> Response {
 }
 
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
-    let text = state.metrics.render(&state.engine_clients).await;
+    let text = crate::metrics::render(&state.metrics, &state.engine_clients).await;
     (
         [(
             header::CONTENT_TYPE,

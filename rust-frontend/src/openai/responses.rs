@@ -18,14 +18,10 @@ use hybridllm_api::responses::{self as core, ResponsesCall, ResponsesResponse};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// Who may see a stored response: the key that created it (None when no keys are set; the
-/// auth layer has already checked the key).
+/// Who may see a stored response (the core's rule).
 fn owner(state: &AppState, headers: &HeaderMap) -> Option<String> {
-    if state.config.api_keys.is_empty() {
-        return None;
-    }
-    let h = headers.get("authorization")?.to_str().ok()?;
-    Some(h.strip_prefix("Bearer ")?.trim().to_string())
+    let header = headers.get("authorization").and_then(|h| h.to_str().ok());
+    state.auth.owner(header).map(str::to_string)
 }
 
 pub async fn create(

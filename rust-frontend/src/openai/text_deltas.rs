@@ -1,87 +1,37 @@
-//! The worker's responses as the core's text events (`hybridllm_api::text_deltas`): protobuf
-//! converted at the engine client, the engine's errors ended here, and the queue time, time
-//! to first token, time between tokens and finish reasons observed as metrics.
-use crate::engine_client::pb::{self, FinishReason};
+//! The worker's responses as the core's text events (`hybridllm_api::text_deltas`): each
+//! protobuf response converted at the engine client, then read by the core's `EngineEvents`
+//! (text, finish reasons, the engine's errors and the per-request metrics).
+use crate::engine_client::pb;
 use crate::errors::ApiError;
 use crate::state::AppState;
 pub use hybridllm_api::text_deltas::GenEvent;
-use hybridllm_api::text_deltas::TextDeltas;
 use hybridllm_api::validation::GenParams;
 use std::sync::Arc;
 use std::time::Instant;
 
 /// One request's events, response by response.
-pub struct EngineEvents {
-    state: Arc<AppState>,
-    deltas: TextDeltas,
-    start: Instant,
-    last_token: Option<Instant>,
-}
+pub struct EngineEvents(hybridllm_api::text_deltas::EngineEvents);
 
 impl EngineEvents {
     /// `start`: when the request started, for the time to first token.
     pub fn new(state: Arc<AppState>, prompt_ids: &[u32], p: &GenParams, start: Instant) -> Self {
-        let deltas = TextDeltas::new(
+        EngineEvents(hybridllm_api::text_deltas::EngineEvents::new(
+            state.metrics.clone(),
             state.api.tokenizer.clone(),
             state.api.eos_token_ids.clone(),
             prompt_ids,
             p,
-        );
-        EngineEvents {
-            state,
-            deltas,
             start,
-            last_token: None,
-        }
+        ))
     }
 
     pub fn all_finished(&self) -> bool {
-        self.deltas.all_finished()
+        self.0.all_finished()
     }
 
     /// The events of one engine response; an error ends the request.
     pub fn process(&mut self, resp: pb::GenerateResponse) -> Result<Vec<GenEvent>, ApiError> {
-        let mut events = vec![];
-        if let Some(p) = resp.prompt {
-            self.state.metrics.queue_time.observe(p.queue_time_s as f64);
-            events.push(GenEvent::Prompt(p.into()));
-        }
-        let now = Instant::now();
-        if resp.sequences.iter().any(|d| !d.token_ids.is_empty()) {
-            match self.last_token {
-                None => self
-                    .state
-                    .metrics
-                    .ttft
-                    .observe((now - self.start).as_secs_f64()),
-                Some(t) => self.state.metrics.itl.observe((now - t).as_secs_f64()),
-            }
-            self.last_token = Some(now);
-        }
-        for d in resp.sequences {
-            if self.deltas.finished(d.index) == Some(true) {
-                continue;
-            }
-            if FinishReason::try_from(d.finish_reason) == Ok(FinishReason::Error) {
-                return Err(ApiError::Internal(if resp.error.is_empty() {
-                    "engine error".into()
-                } else {
-                    resp.error.clone()
-                }));
-            }
-            let Some(out) = self.deltas.push(d.into())? else {
-                continue;
-            };
-            if let Some(f) = &out.finish {
-                self.state
-                    .metrics
-                    .request_success
-                    .with_label_values(&[f.reason])
-                    .inc();
-            }
-            events.push(GenEvent::Output(out));
-        }
-        Ok(events)
+        self.0.process(resp.into())
     }
 }
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hmac
 import logging
 import signal
 import socket
@@ -32,42 +31,31 @@ from hybridllm.entrypoints.openai import (
     serving_tokenizer_info,
 )
 from hybridllm.entrypoints.openai.disconnect import ClientDisconnected
-from hybridllm.entrypoints.openai.errors import UNAUTHORIZED, ApiError, internal
-from hybridllm.entrypoints.openai.limits import (
-    H11_MAX_HEADER_BLOCK,
-    HeaderLimitMiddleware,
-    core_response,
-)
-from hybridllm.entrypoints.openai.metrics import Metrics
+from hybridllm.entrypoints.openai.errors import response
+from hybridllm.entrypoints.openai.limits import H11_MAX_HEADER_BLOCK, HeaderLimitMiddleware
 from hybridllm.entrypoints.openai.state import AppState
 from hybridllm.entrypoints.rust_frontend import ServeOptions, bind_listen_socket, frontend_options
 from hybridllm.proto import engine_pb2 as pb
 from hybridllm.text.chat_template import ChatTemplateError, compile_template
 
 logger = logging.getLogger("hybridllm.frontend")
-OPEN_PATHS = ("/health", "/version")
 
 
 class AuthMiddleware:
-    """Everything but /health, /version, the playground page (and /metrics with
-    --metrics-no-auth) and CORS preflight needs a key when keys are set (auth.rs); every key is
-    compared, so timing does not tell which one matched. Neither keys nor the header are ever
-    logged."""
+    """The core's auth rule (auth.rs) before any handler runs."""
 
-    def __init__(self, app: ASGIApp, keys: list[str], metrics_no_auth: bool = False,
-                 playground: bool = True) -> None:
-        self.app, self.keys = app, [k.encode() for k in keys]
-        self.open = (OPEN_PATHS + (("/metrics",) if metrics_no_auth else ())
-                     + (("/",) if playground else ()))
+    def __init__(self, app: ASGIApp, auth: _api.Auth) -> None:
+        self.app, self.auth = app, auth
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        header = dict(scope.get("headers", ())).get(b"authorization", b"")
-        token = header[len(b"Bearer "):].strip() if header.startswith(b"Bearer ") else None
-        if (scope["type"] != "http" or not self.keys or scope["method"] == "OPTIONS"
-                or scope["path"] in self.open
-                or token is not None and any([hmac.compare_digest(k, token) for k in self.keys])):
-            return await self.app(scope, receive, send)
-        await ApiError(401, UNAUTHORIZED).response()(scope, receive, send)
+        if scope["type"] == "http":
+            header = dict(scope.get("headers", ())).get(b"authorization")
+            try:
+                self.auth.check(scope["method"], scope["path"],
+                                header.decode("latin-1") if header is not None else None)
+            except _api.ApiError as e:
+                return await response(e)(scope, receive, send)
+        await self.app(scope, receive, send)
 
 
 async def build_state(engine: EngineClient, options: ServeOptions) -> AppState:
@@ -97,11 +85,15 @@ async def build_state(engine: EngineClient, options: ServeOptions) -> AppState:
         hidden_size=info.hidden_size, lowercase_inputs=info.lowercase_inputs)
     state = AppState(
         options=options, engine=engine, api=api, tokenizer=tokenizer, model_info=info,
-        metrics=Metrics(),
+        metrics=_api.Metrics(), auth=auth(options),
         responses=_api.ResponseStore(options.responses_store_size),
     )
     logger.info("engine ready: model=%s max_model_len=%d", names[0], max_model_len)
     return state
+
+
+def auth(opts: ServeOptions) -> _api.Auth:
+    return _api.Auth(list(opts.api_keys), opts.metrics_no_auth, not opts.disable_playground)
 
 
 def build_app(engine: EngineClient, opts: ServeOptions | None = None,
@@ -125,13 +117,9 @@ def build_app(engine: EngineClient, opts: ServeOptions | None = None,
     if not opts.disable_playground:
         app.include_router(serving_misc.playground_router)
 
-    @app.exception_handler(ApiError)
-    async def api_error(request: Request, e: ApiError) -> Response:
-        return e.response()
-
     @app.exception_handler(_api.ApiError)
-    async def core_error(request: Request, e: _api.ApiError) -> Response:
-        return core_response(e)
+    async def api_error(request: Request, e: _api.ApiError) -> Response:
+        return response(e)
 
     @app.exception_handler(ClientDisconnected)
     async def hung_up(request: Request, e: ClientDisconnected) -> Response:
@@ -140,18 +128,16 @@ def build_app(engine: EngineClient, opts: ServeOptions | None = None,
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, e: StarletteHTTPException) -> Response:
         if e.status_code == 404:
-            return ApiError(404, "Not Found").response()
+            return response(_api.error(404, "Not Found"))
         # axum answers a wrong method with an empty 405 and an Allow header.
         return Response(status_code=e.status_code, headers=e.headers)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, e: Exception) -> Response:
         logger.exception("unhandled error")
-        return internal(str(e)).response()
+        return response(_api.error(500, str(e)))
 
-    app.add_middleware(AuthMiddleware, keys=list(opts.api_keys),
-                       metrics_no_auth=opts.metrics_no_auth,
-                       playground=not opts.disable_playground)
+    app.add_middleware(AuthMiddleware, auth=auth(opts))
     lists = (opts.allowed_origins, opts.allowed_methods, opts.allowed_headers)
     origins, methods, headers = (["*"] if "*" in v else v for v in lists)
     app.add_middleware(

@@ -1,53 +1,25 @@
-"""The shell's own refusals (auth, an unknown path, an engine error, a bug), written as the
-core writes every refusal (hybridllm._api: the OpenAI error body, its type and headers)."""
+"""Refusals as HTTP responses. Every one is the core's (hybridllm._api.ApiError: its args are
+the status, the OpenAI error body and the headers that kind of refusal carries); the engine's
+are mapped by the core too."""
 
 from __future__ import annotations
 
-from typing import Any
-
-import orjson
+import grpc
 from starlette.responses import Response
 
 from hybridllm import _api
-
-UNAUTHORIZED = "Unauthorized: a valid API key is required (Authorization: Bearer <key>)."
-
-
-def json_response(content: Any, status: int = 200,
-                  headers: dict[str, str] | None = None) -> Response:
-    return Response(orjson.dumps(content), status, headers, media_type="application/json")
+from hybridllm.server.engine_mux import EngineCallError
 
 
-class ApiError(Exception):
-    def __init__(self, status: int, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.param = status, message, param
-
-    def response(self) -> Response:
-        status, body, headers = _api.error_response(self.status, self.message, self.param)
-        return Response(body, status, dict(headers), media_type="application/json")
-
-    def body(self) -> bytes:
-        """The error's JSON body (also the payload of an SSE error event mid-stream)."""
-        return _api.error_response(self.status, self.message, self.param)[1].encode()
+def response(e: _api.ApiError) -> Response:
+    status, body, headers = e.args
+    return Response(body, status, dict(headers), media_type="application/json")
 
 
-def bad(message: str, param: str | None = None) -> ApiError:
-    return ApiError(400, message, param)
+def body(e: _api.ApiError) -> bytes:
+    """The error's JSON body (also the payload of an SSE error event mid-stream)."""
+    return e.args[1].encode()
 
 
-def internal(message: str) -> ApiError:
-    return ApiError(500, message)
-
-
-def from_engine(code: str, message: str) -> ApiError:
-    """Maps a gRPC status code name (e.g. "INVALID_ARGUMENT") like errors.rs's from_status."""
-    if code in ("INVALID_ARGUMENT", "OUT_OF_RANGE", "FAILED_PRECONDITION"):
-        return bad(message)
-    if code == "NOT_FOUND":
-        return ApiError(404, message)
-    if code == "RESOURCE_EXHAUSTED":  # the worker's admission control
-        return ApiError(429, message)
-    if code in ("UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED"):
-        return ApiError(503, f"The engine is unavailable: {message}")
-    return internal(f"Engine error: {message}")
+def from_engine(e: EngineCallError) -> _api.ApiError:
+    return _api.engine_error(grpc.StatusCode[e.code].value[0], e.message)

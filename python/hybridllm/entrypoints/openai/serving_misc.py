@@ -7,6 +7,7 @@ import asyncio
 import logging
 from pathlib import Path
 
+import orjson
 from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
@@ -14,7 +15,6 @@ from starlette.responses import Response
 from hybridllm import __version__, _api
 from hybridllm.entrypoints.engine_client import EngineCallError
 from hybridllm.entrypoints.openai.body import read_body
-from hybridllm.entrypoints.openai.errors import json_response
 from hybridllm.entrypoints.openai.generate import tokenize as encode
 from hybridllm.entrypoints.openai.state import get_state
 
@@ -28,7 +28,7 @@ async def models(request: Request) -> Response:
     return _json(_api.models(st.api, st.created, st.model_info.model_path))
 
 
-def _json(body: str) -> Response:
+def _json(body: str | bytes) -> Response:
     return Response(body, media_type="application/json")
 
 
@@ -44,7 +44,7 @@ async def health(request: Request) -> Response:
 
 @router.get("/version")
 async def version() -> Response:
-    return json_response({"version": __version__})
+    return _json(orjson.dumps({"version": __version__}))
 
 
 # The OpenAPI 3 document the Rust frontend serves too (it compiles this very file in).
@@ -68,7 +68,7 @@ async def openapi() -> Response:
 @router.get("/metrics")
 async def metrics(request: Request) -> Response:
     st = get_state(request)
-    try:
+    try:  # the scheduler's gauges and the engine's counters, refreshed at scrape time
         st.metrics.apply_load(await asyncio.wait_for(st.engine.load(), 2.0))
     except (asyncio.TimeoutError, EngineCallError):
         logger.debug("GetLoad failed; serving stale scheduler metrics")

@@ -14,14 +14,7 @@ from starlette.responses import Response
 from hybridllm import _api
 from hybridllm.entrypoints.openai.body import read_body
 from hybridllm.entrypoints.openai.disconnect import unless_disconnected
-from hybridllm.entrypoints.openai.errors import ApiError
-from hybridllm.entrypoints.openai.generate import (
-    Events,
-    feed,
-    feed_all,
-    generate_many,
-    tokenize,
-)
+from hybridllm.entrypoints.openai.generate import Steps, feed_all, generate_many, tokenize
 from hybridllm.entrypoints.openai.sse import SSEResponse
 from hybridllm.entrypoints.openai.state import AppState, get_state
 
@@ -30,12 +23,8 @@ logger = logging.getLogger("hybridllm.frontend")
 
 
 def _owner(state: AppState, request: Request) -> str | None:
-    """Who may see a stored response: the key that created it (None when no keys are set;
-    the auth middleware has already checked the key)."""
-    if not state.options.api_keys:
-        return None
-    header = request.headers.get("authorization", "")
-    return header[len("Bearer "):].strip() if header.startswith("Bearer ") else None
+    """Who may see a stored response (the core's rule)."""
+    return state.auth.owner(request.headers.get("authorization"))
 
 
 def _json(body: str) -> Response:
@@ -62,17 +51,17 @@ async def create_response(request: Request) -> Response:
     return _json(resp.body())
 
 
-async def _stream(resp: _api.ResponsesResponse, events: Events) -> AsyncIterator[bytes]:
+async def _stream(resp: _api.ResponsesResponse, events: Steps) -> AsyncIterator[bytes]:
     resp.opening()
     try:
-        async for p, ev in events:
-            feed(resp, p, ev)
+        async for p, step in events:
+            resp.feed_step(p, step)
             chunk = resp.take()
             if chunk is not None:
                 yield chunk
-    except ApiError as e:
-        logger.warning("stream failed: %s", e.message)
-        yield resp.error(e.status, e.message, e.param)
+    except _api.ApiError as e:
+        logger.warning("stream failed: %s", e.args[1])
+        yield resp.error(e)
         return
     finally:
         await events.aclose()  # type: ignore[attr-defined]

@@ -9,7 +9,8 @@ from collections.abc import AsyncIterator
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from hybridllm.entrypoints.openai.errors import ApiError
+from hybridllm import _api
+from hybridllm.entrypoints.openai.errors import body
 
 logger = logging.getLogger("hybridllm.frontend")
 
@@ -35,9 +36,9 @@ async def _with_done(frames: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
     try:
         async for f in frames:
             yield f
-    except ApiError as e:
-        logger.warning("stream failed: %s", e.message)
-        yield b"data: " + e.body() + b"\n\n"
+    except _api.ApiError as e:
+        logger.warning("stream failed: %s", e.args[1])
+        yield b"data: " + body(e) + b"\n\n"
     finally:
         await frames.aclose()  # type: ignore[attr-defined]
     yield b"data: [DONE]\n\n"

@@ -9,7 +9,6 @@ from starlette.requests import Request
 
 from hybridllm import _api
 from hybridllm.entrypoints.engine_client import EngineClient
-from hybridllm.entrypoints.openai.metrics import Metrics
 from hybridllm.entrypoints.rust_frontend import ServeOptions
 from hybridllm.proto import engine_pb2 as pb
 
@@ -21,7 +20,8 @@ class AppState:
     api: _api.Context  # what the core's rules need (chat, completions)
     tokenizer: _api.Tokenizer  # the core's: prompts and text, as the Rust frontend's
     model_info: pb.ModelInfo
-    metrics: Metrics
+    metrics: _api.Metrics  # the core's families, as the Rust frontend serves them
+    auth: _api.Auth  # who may call what (the core's rule)
     responses: _api.ResponseStore  # /v1/responses objects created with store: true
     created: int = field(default_factory=lambda: int(time.time()))
 
