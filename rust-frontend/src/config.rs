@@ -148,6 +148,20 @@ impl ServeConfig {
     }
 }
 
+impl ServeConfig {
+    /// The options that shape the API (the core's).
+    pub fn api_options(&self) -> hybridllm_api::context::ApiOptions {
+        hybridllm_api::context::ApiOptions {
+            served_model_name: self.served_model_name.clone(),
+            max_model_len: self.max_model_len,
+            tokenizer_path: self.tokenizer_path.clone(),
+            chat_template: self.chat_template.clone(),
+            max_tokens_limit: self.max_tokens_limit,
+            max_beam_width: self.max_beam_width,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -164,3 +164,23 @@ impl From<pb::LoadResponse> for hybridllm_api::metrics::EngineLoad {
         }
     }
 }
+
+impl From<pb::ModelInfo> for hybridllm_api::context::ModelFacts {
+    fn from(m: pb::ModelInfo) -> Self {
+        hybridllm_api::context::ModelFacts {
+            embed: m.kind == pb::model_info::Kind::Embed as i32,
+            served_model_name: m.served_model_name,
+            model_path: m.model_path,
+            max_model_len: m.max_model_len,
+            vocab_size: m.vocab_size,
+            eos_token_ids: m.eos_token_ids,
+            tokenizer_path: m.tokenizer_path,
+            chat_template: m.chat_template,
+            bos_token: m.bos_token,
+            eos_token: m.eos_token,
+            hidden_size: m.hidden_size,
+            lowercase_inputs: m.lowercase_inputs,
+            max_num_seqs: m.max_num_seqs,
+        }
+    }
+}

@@ -269,6 +269,7 @@ pub fn state(engine: Arc<FakeEngine>) -> Arc<AppState> {
     let (max_tokens_limit, max_beam_width) = (config.max_tokens_limit, config.max_beam_width);
     Arc::new(AppState {
         auth: crate::state::auth(&config),
+        cors: crate::state::cors(&config),
         config,
         engine,
         // Never called by these tests; lazy, so nothing connects.

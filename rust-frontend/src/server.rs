@@ -12,8 +12,6 @@ use crate::metrics::Metrics;
 use crate::state::AppState;
 use axum::Router;
 use hybridllm_api::context::ApiContext;
-use hybridllm_api::text::chat_template::ChatTemplate;
-use hybridllm_api::text::tokenizer::Tokenizer;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,10 +32,9 @@ pub fn router(state: Arc<AppState>) -> Router {
             state.clone(),
             crate::auth::require_key,
         ))
-        .layer(crate::cors::layer(&state.config))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
-            crate::cors::refuse_disallowed_preflight,
+            crate::cors::apply,
         ))
         .layer(axum::middleware::from_fn(crate::limits::header_limits))
         .with_state(state)
@@ -46,18 +43,9 @@ pub fn router(state: Arc<AppState>) -> Router {
 /// Everything that can fail before serving fails here, with a clear message (exit non-zero).
 pub async fn build_state(args: &ServeArgs) -> anyhow::Result<Arc<AppState>> {
     let config = ServeConfig::load(&args.args_json)?;
+    let options = config.api_options();
     // Compile an override template first: a broken one must fail even without a worker.
-    let override_template = match &config.chat_template {
-        Some(path) => {
-            let src = std::fs::read_to_string(path)
-                .map_err(|e| anyhow::anyhow!("cannot read chat template {path}: {e}"))?;
-            Some(
-                ChatTemplate::compile(&src)
-                    .map_err(|e| anyhow::anyhow!("chat template {path}: {e}"))?,
-            )
-        }
-        None => None,
-    };
+    let override_template = options.override_template()?;
     let clients = args
         .engine_address
         .iter()
@@ -86,30 +74,8 @@ pub async fn build_state(args: &ServeArgs) -> anyhow::Result<Arc<AppState>> {
             args.engine_address[i], other.model_path, other.max_model_len, info.model_path, info.max_model_len
         );
     }
-    let tok_path = config
-        .tokenizer_path
-        .clone()
-        .unwrap_or_else(|| info.tokenizer_path.clone());
-    let tokenizer = Tokenizer::from_file(std::path::Path::new(&tok_path))?;
-    let template = match override_template {
-        Some(t) => Some(t),
-        None if !info.chat_template.is_empty() => Some(
-            ChatTemplate::compile(&info.chat_template)
-                .map_err(|e| anyhow::anyhow!("model chat template: {e}"))?,
-        ),
-        None => None,
-    };
-    let mut served_names = config.served_model_name.clone();
-    if served_names.is_empty() {
-        served_names.push(if info.served_model_name.is_empty() {
-            info.model_path.clone()
-        } else {
-            info.served_model_name.clone()
-        });
-    }
-    let max_model_len = config.max_model_len.unwrap_or(info.max_model_len);
-    let vocab_size = (info.vocab_size as usize).max(tokenizer.vocab_size());
-    tracing::info!(model = %served_names[0], max_model_len, "engine ready");
+    let api = ApiContext::build(&info.clone().into(), &options, override_template)?;
+    tracing::info!(model = %api.model_name(), max_model_len = api.max_model_len, "engine ready");
     let responses = hybridllm_api::response_store::ResponseStore::new(config.responses_store_size);
     let metrics = Arc::new(Metrics::new());
     let workers = clients
@@ -140,25 +106,11 @@ pub async fn build_state(args: &ServeArgs) -> anyhow::Result<Arc<AppState>> {
     }
     Ok(Arc::new(AppState {
         auth: crate::state::auth(&config),
+        cors: crate::state::cors(&config),
         keep_alive: args.keep_alive,
         engine: router,
         engine_clients: clients,
-        api: ApiContext {
-            tokenizer: Arc::new(tokenizer),
-            template,
-            served_names,
-            max_model_len,
-            vocab_size,
-            max_tokens_limit: config.max_tokens_limit,
-            max_beam_width: config.max_beam_width,
-            embed: info.kind == engine_client::pb::model_info::Kind::Embed as i32,
-            bos_token: info.bos_token.clone(),
-            eos_token: info.eos_token.clone(),
-            eos_token_ids: info.eos_token_ids.clone().into(),
-            max_num_seqs: info.max_num_seqs,
-            hidden_size: info.hidden_size,
-            lowercase_inputs: info.lowercase_inputs,
-        },
+        api,
         model_info: info,
         metrics,
         responses,

@@ -6,6 +6,7 @@ use crate::engine_client::{pb, EngineClient};
 use crate::metrics::Metrics;
 use hybridllm_api::auth::Auth;
 use hybridllm_api::context::ApiContext;
+use hybridllm_api::cors::Cors;
 use hybridllm_api::response_store::ResponseStore;
 use std::sync::Arc;
 
@@ -13,6 +14,8 @@ pub struct AppState {
     pub config: ServeConfig,
     /// Who may call what (the core's rule, from `config`'s keys and open paths).
     pub auth: Auth,
+    /// The CORS policy (the core's, from `config`'s allowed lists).
+    pub cors: Cors,
     /// Generate requests (in production `EngineRouter`: one GenerateStream call per worker).
     pub engine: Arc<dyn Engine>,
     /// Health and GetLoad of each engine worker, for /health and /metrics.
@@ -36,5 +39,15 @@ pub fn auth(config: &ServeConfig) -> Auth {
         config.api_keys.clone(),
         config.metrics_no_auth,
         !config.disable_playground,
+    )
+}
+
+/// The core's CORS policy for a configuration.
+pub fn cors(c: &ServeConfig) -> Cors {
+    Cors::new(
+        &c.allowed_origins,
+        &c.allowed_methods,
+        &c.allowed_headers,
+        c.allow_credentials,
     )
 }

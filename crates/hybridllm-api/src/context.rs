@@ -1,6 +1,6 @@
-//! What the API's rules need to know about the server and its model: built once by each
-//! shell at start-up (the Rust frontend from its flags and the worker's ModelInfo, the Python
-//! fallback through `hybridllm._api.Context`), then read-only.
+//! What the API's rules need to know about the server and its model: built once at start-up
+//! by `ApiContext::build` from the serve options and the worker's model facts (both shells
+//! alike), then read-only.
 use crate::errors::ApiError;
 use crate::prompt::{render_chat, TemplateArgs};
 use crate::text::chat_template::ChatTemplate;
@@ -35,7 +35,96 @@ pub struct ApiContext {
     pub lowercase_inputs: bool,
 }
 
+/// What the engine worker says of its model (GetModelInfo), in the API's own types.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ModelFacts {
+    pub served_model_name: String,
+    /// The Hugging Face folder the worker loaded.
+    pub model_path: String,
+    pub max_model_len: u32,
+    pub vocab_size: u32,
+    pub eos_token_ids: Vec<u32>,
+    pub tokenizer_path: String,
+    /// The template's text ("" if the model has none).
+    pub chat_template: String,
+    pub embed: bool,
+    pub bos_token: String,
+    pub eos_token: String,
+    pub hidden_size: u32,
+    pub lowercase_inputs: bool,
+    pub max_num_seqs: u32,
+}
+
+/// The serve options that shape the API (vLLM's flags).
+#[derive(Debug, Clone, Default)]
+pub struct ApiOptions {
+    pub served_model_name: Vec<String>,
+    pub max_model_len: Option<u32>,
+    pub tokenizer_path: Option<String>,
+    /// `--chat-template`: a file.
+    pub chat_template: Option<String>,
+    pub max_tokens_limit: Option<u32>,
+    pub max_beam_width: u32,
+}
+
+impl ApiOptions {
+    /// `--chat-template`, compiled: called before the worker is asked anything, so a broken
+    /// one fails at once.
+    pub fn override_template(&self) -> anyhow::Result<Option<ChatTemplate>> {
+        let Some(path) = &self.chat_template else {
+            return Ok(None);
+        };
+        let src = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("cannot read chat template {path}: {e}"))?;
+        let t = ChatTemplate::compile(&src)
+            .map_err(|e| anyhow::anyhow!("chat template {path}: {e}"))?;
+        Ok(Some(t))
+    }
+}
+
 impl ApiContext {
+    /// The context for a model: the options' overrides (tokenizer, template, names, context
+    /// window), else the model's own. `template`: `ApiOptions::override_template`'s.
+    pub fn build(
+        model: &ModelFacts,
+        o: &ApiOptions,
+        template: Option<ChatTemplate>,
+    ) -> anyhow::Result<ApiContext> {
+        let tok_path = o.tokenizer_path.as_deref().unwrap_or(&model.tokenizer_path);
+        let tokenizer = Tokenizer::from_file(std::path::Path::new(tok_path))?;
+        let template = match template {
+            Some(t) => Some(t),
+            None if !model.chat_template.is_empty() => Some(
+                ChatTemplate::compile(&model.chat_template)
+                    .map_err(|e| anyhow::anyhow!("model chat template: {e}"))?,
+            ),
+            None => None,
+        };
+        let mut served_names = o.served_model_name.clone();
+        if served_names.is_empty() {
+            served_names.push(match model.served_model_name.is_empty() {
+                true => model.model_path.clone(),
+                false => model.served_model_name.clone(),
+            });
+        }
+        Ok(ApiContext {
+            vocab_size: (model.vocab_size as usize).max(tokenizer.vocab_size()),
+            tokenizer: Arc::new(tokenizer),
+            template,
+            served_names,
+            max_model_len: o.max_model_len.unwrap_or(model.max_model_len),
+            max_tokens_limit: o.max_tokens_limit,
+            max_beam_width: o.max_beam_width,
+            embed: model.embed,
+            bos_token: model.bos_token.clone(),
+            eos_token: model.eos_token.clone(),
+            eos_token_ids: model.eos_token_ids.clone().into(),
+            max_num_seqs: model.max_num_seqs,
+            hidden_size: model.hidden_size,
+            lowercase_inputs: model.lowercase_inputs,
+        })
+    }
+
     pub fn model_name(&self) -> &str {
         &self.served_names[0]
     }

@@ -9,6 +9,7 @@ pub mod beam_search;
 pub mod chat;
 pub mod completions;
 pub mod context;
+pub mod cors;
 pub mod embeddings;
 pub mod engine_io;
 pub mod errors;

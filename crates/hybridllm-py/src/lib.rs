@@ -7,7 +7,8 @@ use hybridllm_api::chat::{ChatCall as CoreChatCall, ChatRequest, ChatResponse};
 use hybridllm_api::completions::{
     CompletionCall as CoreCompletionCall, CompletionRequest, CompletionResponse, Prompt,
 };
-use hybridllm_api::context::ApiContext;
+use hybridllm_api::context::{ApiContext, ApiOptions, ModelFacts};
+use hybridllm_api::cors::{Answer as CoreAnswer, Cors as CoreCors};
 use hybridllm_api::embeddings::{
     EmbeddingCall as CoreEmbeddingCall, EmbeddingRequest,
     EmbeddingResponse as CoreEmbeddingResponse,
@@ -314,6 +315,79 @@ impl Context {
                 lowercase_inputs,
             }),
         })
+    }
+
+    /// The context for the worker's model (its ModelInfo, read by attribute) under the serve
+    /// options, as the Rust frontend builds it; raises ValueError saying what failed.
+    #[staticmethod]
+    #[pyo3(signature = (model_info, *, served_model_name, max_model_len, tokenizer_path,
+                        chat_template, max_tokens_limit, max_beam_width))]
+    #[allow(clippy::too_many_arguments)]
+    fn from_model(
+        model_info: &Bound<'_, PyAny>,
+        served_model_name: Vec<String>,
+        max_model_len: Option<u32>,
+        tokenizer_path: Option<String>,
+        chat_template: Option<String>,
+        max_tokens_limit: Option<u32>,
+        max_beam_width: u32,
+    ) -> PyResult<Self> {
+        let o = ApiOptions {
+            served_model_name,
+            max_model_len,
+            tokenizer_path,
+            chat_template,
+            max_tokens_limit,
+            max_beam_width,
+        };
+        let m = model_info;
+        macro_rules! read {
+            ($($f:ident),*) => {
+                ModelFacts {
+                    $($f: m.getattr(stringify!($f))?.extract()?,)*
+                    // The proto's ModelInfo.Kind: EMBED = 2.
+                    embed: m.getattr("kind")?.extract::<i32>()? == 2,
+                }
+            };
+        }
+        let facts = read!(
+            served_model_name,
+            model_path,
+            max_model_len,
+            vocab_size,
+            eos_token_ids,
+            tokenizer_path,
+            chat_template,
+            bos_token,
+            eos_token,
+            hidden_size,
+            lowercase_inputs,
+            max_num_seqs
+        );
+        let err = |e: anyhow::Error| PyValueError::new_err(format!("{e:#}"));
+        let template = o.override_template().map_err(err)?;
+        let inner = ApiContext::build(&facts, &o, template).map_err(err)?;
+        Ok(Context {
+            inner: Arc::new(inner),
+        })
+    }
+
+    #[getter]
+    fn tokenizer(&self) -> Tokenizer {
+        Tokenizer {
+            inner: self.inner.tokenizer.clone(),
+        }
+    }
+
+    /// The served name responses report.
+    #[getter]
+    fn model_name(&self) -> &str {
+        self.inner.model_name()
+    }
+
+    #[getter]
+    fn max_model_len(&self) -> u32 {
+        self.inner.max_model_len
     }
 }
 
@@ -1149,6 +1223,51 @@ impl Auth {
     }
 }
 
+/// The CORS policy (`hybridllm_api::cors`).
+#[pyclass(frozen, module = "hybridllm._api")]
+struct Cors {
+    inner: CoreCors,
+}
+
+#[pymethods]
+impl Cors {
+    #[new]
+    fn new(
+        origins: Vec<String>,
+        methods: Vec<String>,
+        headers: Vec<String>,
+        credentials: bool,
+    ) -> Self {
+        Cors {
+            inner: CoreCors::new(&origins, &methods, &headers, credentials),
+        }
+    }
+
+    #[staticmethod]
+    #[pyo3(signature = (method, origin, request_method))]
+    fn is_preflight(method: &str, origin: Option<&str>, request_method: Option<&str>) -> bool {
+        CoreCors::is_preflight(method, origin, request_method)
+    }
+
+    /// The whole answer to a preflight: (status, headers, body).
+    #[pyo3(signature = (origin, request_method, request_headers, private_network))]
+    fn preflight(
+        &self,
+        origin: &str,
+        request_method: &str,
+        request_headers: Option<&str>,
+        private_network: bool,
+    ) -> CoreAnswer {
+        self.inner
+            .preflight(origin, request_method, request_headers, private_network)
+    }
+
+    /// The headers of any other answer to a request from `origin`.
+    fn response_headers(&self, origin: &str) -> Vec<(&'static str, String)> {
+        self.inner.response_headers(origin)
+    }
+}
+
 #[pymodule]
 fn _api(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(check_headers, m)?)?;
@@ -1172,6 +1291,7 @@ fn _api(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Step>()?;
     m.add_class::<EngineEvents>()?;
     m.add_class::<Auth>()?;
+    m.add_class::<Cors>()?;
     m.add_function(wrap_pyfunction!(engine_error, m)?)?;
     m.add_function(wrap_pyfunction!(error, m)?)?;
     m.add_class::<ChatCall>()?;

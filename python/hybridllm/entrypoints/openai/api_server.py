@@ -10,14 +10,11 @@ import signal
 import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 from fastapi import FastAPI
-from fastapi.middleware.cors import CORSMiddleware
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hybridllm import _api
 from hybridllm.entrypoints.engine_client import EngineClient
@@ -32,63 +29,30 @@ from hybridllm.entrypoints.openai import (
 )
 from hybridllm.entrypoints.openai.disconnect import ClientDisconnected
 from hybridllm.entrypoints.openai.errors import response
-from hybridllm.entrypoints.openai.limits import H11_MAX_HEADER_BLOCK, HeaderLimitMiddleware
+from hybridllm.entrypoints.openai.gate import H11_MAX_HEADER_BLOCK, Gate
 from hybridllm.entrypoints.openai.state import AppState
 from hybridllm.entrypoints.rust_frontend import ServeOptions, bind_listen_socket, frontend_options
-from hybridllm.proto import engine_pb2 as pb
-from hybridllm.text.chat_template import ChatTemplateError, compile_template
 
 logger = logging.getLogger("hybridllm.frontend")
-
-
-class AuthMiddleware:
-    """The core's auth rule (auth.rs) before any handler runs."""
-
-    def __init__(self, app: ASGIApp, auth: _api.Auth) -> None:
-        self.app, self.auth = app, auth
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            header = dict(scope.get("headers", ())).get(b"authorization")
-            try:
-                self.auth.check(scope["method"], scope["path"],
-                                header.decode("latin-1") if header is not None else None)
-            except _api.ApiError as e:
-                return await response(e)(scope, receive, send)
-        await self.app(scope, receive, send)
 
 
 async def build_state(engine: EngineClient, options: ServeOptions) -> AppState:
     """Everything that can fail before serving fails here, with a clear message."""
     info = await engine.wait_ready()
-    tokenizer_path = options.tokenizer_path or info.tokenizer_path
-    tokenizer = _api.Tokenizer.from_file(tokenizer_path)
-    source = info.chat_template or None
-    if options.chat_template is not None:
-        try:
-            source = Path(options.chat_template).read_text()
-        except OSError as e:
-            raise RuntimeError(f"cannot read chat template {options.chat_template}: {e}") from e
-    try:  # a broken one must fail at start-up
-        template = compile_template(source) if source is not None else None
-    except ChatTemplateError as e:
+    try:
+        api = _api.Context.from_model(
+            info, served_model_name=list(options.served_model_name),
+            max_model_len=options.max_model_len, tokenizer_path=options.tokenizer_path,
+            chat_template=options.chat_template, max_tokens_limit=options.max_tokens_limit,
+            max_beam_width=options.max_beam_width)
+    except ValueError as e:
         raise RuntimeError(str(e)) from None
-    names = list(options.served_model_name) or [info.served_model_name or info.model_path]
-    max_model_len = options.max_model_len or info.max_model_len
-    vocab_size = max(info.vocab_size, tokenizer.vocab_size())
-    api = _api.Context(
-        tokenizer=tokenizer, template=template, served_names=names, max_model_len=max_model_len,
-        vocab_size=vocab_size, max_tokens_limit=options.max_tokens_limit,
-        max_beam_width=options.max_beam_width, embed=info.kind == pb.ModelInfo.EMBED,
-        bos_token=info.bos_token, eos_token=info.eos_token,
-        eos_token_ids=list(info.eos_token_ids), max_num_seqs=info.max_num_seqs,
-        hidden_size=info.hidden_size, lowercase_inputs=info.lowercase_inputs)
     state = AppState(
-        options=options, engine=engine, api=api, tokenizer=tokenizer, model_info=info,
+        options=options, engine=engine, api=api, tokenizer=api.tokenizer, model_info=info,
         metrics=_api.Metrics(), auth=auth(options),
         responses=_api.ResponseStore(options.responses_store_size),
     )
-    logger.info("engine ready: model=%s max_model_len=%d", names[0], max_model_len)
+    logger.info("engine ready: model=%s max_model_len=%d", api.model_name, api.max_model_len)
     return state
 
 
@@ -137,15 +101,9 @@ def build_app(engine: EngineClient, opts: ServeOptions | None = None,
         logger.exception("unhandled error")
         return response(_api.error(500, str(e)))
 
-    app.add_middleware(AuthMiddleware, auth=auth(opts))
-    lists = (opts.allowed_origins, opts.allowed_methods, opts.allowed_headers)
-    origins, methods, headers = (["*"] if "*" in v else v for v in lists)
-    app.add_middleware(
-        CORSMiddleware, allow_origins=origins, allow_methods=methods, allow_headers=headers,
-        # Like tower-http: credentials only with explicit lists, never with wildcards.
-        allow_credentials=opts.allow_credentials and "*" not in origins + methods + headers,
-    )
-    app.add_middleware(HeaderLimitMiddleware)  # outermost, as hyper's own limits are
+    cors = _api.Cors(list(opts.allowed_origins), list(opts.allowed_methods),
+                     list(opts.allowed_headers), opts.allow_credentials)
+    app.add_middleware(Gate, auth=auth(opts), cors=cors)
     return app
 
 
