@@ -10,8 +10,8 @@ import pytest
 
 from hybridllm.config import EngineArgs
 from hybridllm.engine.async_llm_engine import AsyncLLMEngine
-from hybridllm.entrypoints.engine_client import InProcessEngineClient
 from hybridllm.proto import engine_pb2 as pb
+from hybridllm.server.engine_client import InProcessEngineClient
 from hybridllm.server.engine_mux import EngineCallError
 
 

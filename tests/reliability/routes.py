@@ -22,8 +22,8 @@ def python_routes() -> set[tuple[str, str]]:
     """The FastAPI app's own routes, through included routers."""
     from fastapi.routing import APIRoute
 
-    from hybridllm.entrypoints.engine_client import GrpcEngineClient
     from hybridllm.entrypoints.openai.api_server import build_app
+    from hybridllm.server.engine_client import GrpcEngineClient
 
     def walk(routes: list) -> set[tuple[str, str]]:
         found: set[tuple[str, str]] = set()

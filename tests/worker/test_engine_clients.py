@@ -16,13 +16,13 @@ from hybridllm.config import EngineArgs
 from hybridllm.engine import async_llm_engine
 from hybridllm.engine.async_llm_engine import AsyncLLMEngine
 from hybridllm.engine.llm_engine import LLMEngine
-from hybridllm.entrypoints.engine_client import (
+from hybridllm.proto import engine_pb2 as pb
+from hybridllm.server.engine_client import (
     EngineCallError,
     EngineClient,
     GrpcEngineClient,
     InProcessEngineClient,
 )
-from hybridllm.proto import engine_pb2 as pb
 from tests.launch import start_worker, stop
 from tests.worker.conftest import WORKER_FLAGS
 

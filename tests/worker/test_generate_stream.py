@@ -9,7 +9,7 @@ import grpc
 
 from hybridllm import SamplingParams
 from hybridllm.proto import engine_pb2 as pb
-from hybridllm.server.grpc_client import EngineGrpcClient
+from hybridllm.server.engine_client import GrpcEngineClient
 from hybridllm.server.proto_convert import sampling_params_to_proto
 from tests.launch import start_worker, stop
 from tests.worker.conftest import WORKER_FLAGS
@@ -21,7 +21,7 @@ _END = object()
 class StreamCall:
     """A GenerateStream call fed from a queue, so a test can send while it reads."""
 
-    def __init__(self, client: EngineGrpcClient) -> None:
+    def __init__(self, client: GrpcEngineClient) -> None:
         self.outbox: asyncio.Queue[object] = asyncio.Queue()
         self.call = client.stub.GenerateStream(self._requests())
 
@@ -49,7 +49,7 @@ def tokens_of(responses: list[pb.GenerateResponse]) -> list[int]:
     return [t for r in responses for s in r.sequences for t in s.token_ids]
 
 
-async def wait_idle(client: EngineGrpcClient) -> pb.LoadResponse:
+async def wait_idle(client: GrpcEngineClient) -> pb.LoadResponse:
     for _ in range(50):  # an abort lands at the next engine step
         load = await client.load()
         if load.num_running == 0 and load.num_waiting == 0:
@@ -59,7 +59,8 @@ async def wait_idle(client: EngineGrpcClient) -> pb.LoadResponse:
 
 
 async def test_many_requests_on_one_call_equal_their_own_calls(worker: str) -> None:
-    client = EngineGrpcClient(worker)
+    client = GrpcEngineClient(worker)
+    await client.start()
     params = {f"r{i}": SamplingParams(temperature=0, max_tokens=8 + i, ignore_eos=True)
               for i in range(4)}
     alone = {rid: (await collect(client, PROMPT_IDS[: 3 + i], p, f"alone-{rid}"))[1][0]
@@ -93,7 +94,8 @@ async def test_many_requests_on_one_call_equal_their_own_calls(worker: str) -> N
 
 
 async def test_abort_one_then_cancel_the_call_frees_everything(worker: str) -> None:
-    client = EngineGrpcClient(worker)
+    client = GrpcEngineClient(worker)
+    await client.start()
     long = SamplingParams(temperature=0, max_tokens=1000, ignore_eos=True)
     call = StreamCall(client)
     for i in range(3):
@@ -122,7 +124,8 @@ async def test_abort_one_then_cancel_the_call_frees_everything(worker: str) -> N
 
 
 async def test_duplicate_id_on_a_call_is_refused_and_the_first_runs_on(worker: str) -> None:
-    client = EngineGrpcClient(worker)
+    client = GrpcEngineClient(worker)
+    await client.start()
     call = StreamCall(client)
     params = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
     call.generate("twice", PROMPT_IDS, params)
@@ -140,7 +143,8 @@ async def test_engine_fault_ends_every_request_on_the_call(model_path) -> None:
     w = start_worker(model_path, *WORKER_FLAGS, env={"HYBRIDLLM_TEST_FAIL_AT_STEP": "4"})
     proc, address = w.proc, w.url
     try:
-        client = EngineGrpcClient(address)
+        client = GrpcEngineClient(address)
+        await client.start()
         call = StreamCall(client)
         for i in range(3):
             call.generate(f"doomed{i}", PROMPT_IDS[: 4 + i],

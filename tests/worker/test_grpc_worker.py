@@ -15,8 +15,8 @@ import pytest
 
 from hybridllm import LLM, SamplingParams
 from hybridllm.proto import engine_pb2 as pb
+from hybridllm.server.engine_client import GrpcEngineClient
 from hybridllm.server.engine_mux import EngineCallError
-from hybridllm.server.grpc_client import EngineGrpcClient
 from hybridllm.server.proto_convert import sampling_params_to_proto
 from tests.launch import start_worker, stop
 from tests.worker.conftest import WORKER_FLAGS
@@ -24,14 +24,14 @@ from tests.worker.conftest import WORKER_FLAGS
 PROMPT_IDS = [504, 3575, 282, 4649, 314]  # "The capital of France is"
 
 
-def generate(client: EngineGrpcClient, ids: list[int], params: SamplingParams | pb.SamplingParams,
+def generate(client: GrpcEngineClient, ids: list[int], params: SamplingParams | pb.SamplingParams,
              rid: str) -> AsyncIterator[pb.GenerateResponse]:
     sp = params if isinstance(params, pb.SamplingParams) else sampling_params_to_proto(params)
     return client.mux.generate(
         pb.GenerateRequest(request_id=rid, prompt_token_ids=ids, sampling_params=sp))
 
 
-async def collect(client: EngineGrpcClient, ids: list[int], params: SamplingParams, rid: str):
+async def collect(client: GrpcEngineClient, ids: list[int], params: SamplingParams, rid: str):
     messages = [m async for m in generate(client, ids, params, rid)]
     tokens: dict[int, list[int]] = {}
     finish: dict[int, int] = {}
@@ -45,7 +45,8 @@ async def collect(client: EngineGrpcClient, ids: list[int], params: SamplingPara
 
 async def test_stream_equals_offline_generate(worker: str, model_path) -> None:
     params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True, logprobs=2)
-    client = EngineGrpcClient(worker)
+    client = GrpcEngineClient(worker)
+    await client.start()
     messages, tokens, finish = await collect(client, PROMPT_IDS, params, "parity")
     offline = LLM(model=str(model_path), max_model_len=2048).generate([PROMPT_IDS], params)[0]
     assert tokens[0] == offline.outputs[0].token_ids
@@ -64,7 +65,8 @@ async def test_stream_equals_offline_generate(worker: str, model_path) -> None:
 
 
 async def test_eos_and_stop_token_reported(worker: str) -> None:
-    client = EngineGrpcClient(worker)
+    client = GrpcEngineClient(worker)
+    await client.start()
     chat = [1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 3365, 3511, 308, 34519, 28, 7018,
             411, 407, 19712, 8182, 2, 198, 1, 4093, 198, 1780, 314, 260, 3575, 282, 4649, 47,
             2, 198, 1, 520, 9531, 198]
@@ -75,7 +77,8 @@ async def test_eos_and_stop_token_reported(worker: str) -> None:
 
 
 async def test_32_concurrent_streams_and_cancel_one(worker: str) -> None:
-    client = EngineGrpcClient(worker)
+    client = GrpcEngineClient(worker)
+    await client.start()
     params = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
     _, alone, _ = await collect(client, PROMPT_IDS, params, "alone")
 
@@ -121,7 +124,8 @@ async def test_32_concurrent_streams_and_cancel_one(worker: str) -> None:
     ],
 )
 async def test_bad_requests_invalid_argument(worker: str, ids, sampling, field) -> None:
-    client = EngineGrpcClient(worker)
+    client = GrpcEngineClient(worker)
+    await client.start()
     stream = generate(client, ids, sampling, "bad")
     with pytest.raises(EngineCallError) as err:
         await stream.__anext__()  # refused at once: the first message is the refusal
@@ -135,7 +139,8 @@ async def test_bad_requests_invalid_argument(worker: str, ids, sampling, field) 
 
 async def test_unset_fields_are_engine_defaults(worker: str) -> None:
     """proto3 zeros must not leak: an empty SamplingParams samples at temperature 1."""
-    client = EngineGrpcClient(worker)
+    client = GrpcEngineClient(worker)
+    await client.start()
     greedy = pb.SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
     default = pb.SamplingParams(max_tokens=12, ignore_eos=True, seed=5)
     outs = []
@@ -154,7 +159,8 @@ async def test_engine_fault_turns_unhealthy_and_exits_nonzero(model_path) -> Non
     w = start_worker(model_path, *WORKER_FLAGS, env={"HYBRIDLLM_TEST_FAIL_AT_STEP": "3"})
     proc, address = w.proc, w.url
     try:
-        client = EngineGrpcClient(address)
+        client = GrpcEngineClient(address)
+        await client.start()
         msgs = [m async for m in generate(
             client, PROMPT_IDS, SamplingParams(temperature=0, max_tokens=50), "doomed")]
         last = msgs[-1]
@@ -171,7 +177,8 @@ async def test_sigterm_lets_inflight_finish(model_path) -> None:
     w = start_worker(model_path, *WORKER_FLAGS, "--shutdown-timeout", "30")
     proc, address = w.proc, w.url
     try:
-        client = EngineGrpcClient(address)
+        client = GrpcEngineClient(address)
+        await client.start()
         params = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)
         stream = generate(client, PROMPT_IDS, params, "inflight")
         first = await stream.__anext__()

@@ -9,7 +9,7 @@ import asyncio
 import logging
 from typing import Any
 
-from hybridllm.entrypoints.engine_client import EngineClient
+from hybridllm.server.engine_client import EngineClient
 
 logger = logging.getLogger("hybridllm.frontend")
 

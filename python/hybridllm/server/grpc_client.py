@@ -1,4 +1,5 @@
-"""A Python client of the worker's gRPC contract (tests, the Python frontend's gRPC mode)."""
+"""The GenerateStream call of the worker's gRPC contract as EngineMux drives it (the client is
+engine_client.GrpcEngineClient), and waiting for a worker to serve."""
 
 from __future__ import annotations
 
@@ -7,14 +8,12 @@ import subprocess
 import threading
 import time
 from collections.abc import AsyncIterator
-from functools import partial
 
 import grpc
 
 from hybridllm.proto import engine_pb2 as pb
 from hybridllm.proto import engine_pb2_grpc as pb_grpc
-from hybridllm.server.engine_mux import EngineCallError, EngineMux, OnEnd, OnResponse
-from hybridllm.server.grpc_server import GRPC_OPTIONS
+from hybridllm.server.engine_mux import EngineCallError, OnEnd, OnResponse
 
 
 class GrpcGenerateStream:
@@ -67,34 +66,6 @@ class GrpcGenerateStream:
             error = EngineCallError(e.code().name, e.details() or "")
         self._outbox.put_nowait(None)  # ends the request writer, waiting for more otherwise
         on_end(error)
-
-
-class EngineGrpcClient:
-    def __init__(self, address: str) -> None:
-        self.channel = grpc.aio.insecure_channel(address, options=GRPC_OPTIONS)
-        self.stub = pb_grpc.EngineStub(self.channel)
-        # Generate requests, all on one GenerateStream call (opened on first use).
-        self.mux = EngineMux(partial(GrpcGenerateStream, self.stub))
-
-    async def abort(self, request_ids: list[str]) -> None:
-        await self.stub.Abort(pb.AbortRequest(request_ids=request_ids))
-
-    async def health(self, timeout: float = 5.0) -> bool:
-        try:
-            resp = await self.stub.Health(pb.HealthRequest(), timeout=timeout)
-        except grpc.aio.AioRpcError:
-            return False
-        return resp.status == pb.HealthResponse.SERVING
-
-    async def model_info(self) -> pb.ModelInfo:
-        return await self.stub.GetModelInfo(pb.ModelInfoRequest())
-
-    async def load(self) -> pb.LoadResponse:
-        return await self.stub.GetLoad(pb.LoadRequest())
-
-    async def close(self) -> None:
-        self.mux.close()
-        await self.channel.close()
 
 
 def wait_until_serving(address: str, proc: subprocess.Popen[bytes],

@@ -17,7 +17,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from hybridllm import _api
-from hybridllm.entrypoints.engine_client import EngineClient
 from hybridllm.entrypoints.engine_watchdog import EngineWatchdog
 from hybridllm.entrypoints.openai import (
     serving_chat,
@@ -32,6 +31,7 @@ from hybridllm.entrypoints.openai.errors import response
 from hybridllm.entrypoints.openai.gate import H11_MAX_HEADER_BLOCK, Gate
 from hybridllm.entrypoints.openai.state import AppState
 from hybridllm.entrypoints.rust_frontend import ServeOptions, bind_listen_socket, frontend_options
+from hybridllm.server.engine_client import EngineClient
 
 logger = logging.getLogger("hybridllm.frontend")
 
@@ -113,7 +113,7 @@ def run_python_server(args: argparse.Namespace) -> int:
 
     from hybridllm.config import EngineArgs
     from hybridllm.engine.async_llm_engine import AsyncLLMEngine
-    from hybridllm.entrypoints.engine_client import GrpcEngineClient, InProcessEngineClient
+    from hybridllm.server.engine_client import GrpcEngineClient, InProcessEngineClient
 
     options = frontend_options(args)
     # Bind before loading the engine so a busy port fails in a second, not after minutes.

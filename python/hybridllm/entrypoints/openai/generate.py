@@ -16,12 +16,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from hybridllm import _api
-from hybridllm.entrypoints.engine_client import EngineCallError
 from hybridllm.entrypoints.openai.disconnect import unless_disconnected
 from hybridllm.entrypoints.openai.errors import from_engine
 from hybridllm.entrypoints.openai.sse import SSEResponse
 from hybridllm.entrypoints.openai.state import AppState
 from hybridllm.proto import engine_pb2 as pb
+from hybridllm.server.engine_client import EngineCallError
 
 logger = logging.getLogger("hybridllm.frontend")
 Steps = AsyncIterator[tuple[int, _api.Step]]  # each engine step's events, by prompt index

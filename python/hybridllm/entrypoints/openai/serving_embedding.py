@@ -11,12 +11,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from hybridllm import _api
-from hybridllm.entrypoints.engine_client import EngineCallError
 from hybridllm.entrypoints.openai.body import read_body
 from hybridllm.entrypoints.openai.disconnect import ClientDisconnected, unless_disconnected
 from hybridllm.entrypoints.openai.errors import from_engine
 from hybridllm.entrypoints.openai.state import get_state
 from hybridllm.proto import engine_pb2 as pb
+from hybridllm.server.engine_client import EngineCallError
 
 router = APIRouter()
 

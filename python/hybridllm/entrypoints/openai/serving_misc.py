@@ -13,10 +13,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from hybridllm import __version__, _api
-from hybridllm.entrypoints.engine_client import EngineCallError
 from hybridllm.entrypoints.openai.body import read_body
 from hybridllm.entrypoints.openai.generate import tokenize as encode
 from hybridllm.entrypoints.openai.state import get_state
+from hybridllm.server.engine_client import EngineCallError
 
 router = APIRouter()
 logger = logging.getLogger("hybridllm.frontend")

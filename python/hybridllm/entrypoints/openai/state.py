@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from starlette.requests import Request
 
 from hybridllm import _api
-from hybridllm.entrypoints.engine_client import EngineClient
 from hybridllm.entrypoints.rust_frontend import ServeOptions
 from hybridllm.proto import engine_pb2 as pb
+from hybridllm.server.engine_client import EngineClient
 
 
 @dataclass

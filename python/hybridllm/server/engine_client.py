@@ -1,4 +1,5 @@
-"""How a frontend talks to the engine: the worker contract's messages, in-process or over gRPC.
+"""The client of the worker contract, in-process or over gRPC (the Python fallback frontend,
+the tests).
 
 Both put every request on one GenerateStream call through EngineMux, like the Rust frontend,
 so the frontend code (and every number it prints) is the same on either; in-process, that call
@@ -18,7 +19,10 @@ from typing import Any
 import grpc
 
 from hybridllm.proto import engine_pb2 as pb
+from hybridllm.proto import engine_pb2_grpc as pb_grpc
 from hybridllm.server.engine_mux import EngineCallError, EngineMux
+from hybridllm.server.grpc_client import GrpcGenerateStream
+from hybridllm.server.grpc_server import GRPC_OPTIONS
 
 
 class EngineClient(abc.ABC):
@@ -55,9 +59,9 @@ class EngineClient(abc.ABC):
         with contextlib.suppress(EngineCallError):
             await self._unary("Abort", pb.AbortRequest(request_ids=request_ids), 5.0)
 
-    async def health(self) -> bool:
+    async def health(self, timeout: float = 5.0) -> bool:
         try:
-            r = await self._unary("Health", pb.HealthRequest(), 5.0)
+            r = await self._unary("Health", pb.HealthRequest(), timeout)
         except EngineCallError:
             return False
         return r.status == pb.HealthResponse.SERVING
@@ -102,26 +106,28 @@ class InProcessEngineClient(EngineClient):
 
 
 class GrpcEngineClient(EngineClient):
-    """A `hybridllm worker` reached over unix:///path or host:port."""
+    """A `hybridllm worker` reached over unix:///path or host:port. Channels bind to the event
+    loop they are made in: `start()` (or the first call) makes it."""
 
     def __init__(self, address: str, connect_timeout_s: float = 60.0) -> None:
         self.address = address
         self.connect_timeout_s = connect_timeout_s
-        self._client: Any = None  # EngineGrpcClient, made by start()
+        self.channel: Any = None
 
     async def start(self) -> None:
-        from hybridllm.server.grpc_client import EngineGrpcClient
-
-        if self._client is None:  # channels bind to the loop they are created in
-            self._client = EngineGrpcClient(self.address)
-            self.mux = self._client.mux
+        if self.channel is None:
+            self.channel = grpc.aio.insecure_channel(self.address, options=GRPC_OPTIONS)
+            self.stub = pb_grpc.EngineStub(self.channel)
+            self.mux = EngineMux(partial(GrpcGenerateStream, self.stub))
 
     async def close(self) -> None:
-        if self._client is not None:
-            await self._client.close()
+        if self.channel is not None:
+            self.mux.close()
+            await self.channel.close()
 
     async def _unary(self, method: str, request: Any, timeout: float) -> Any:
+        await self.start()
         try:
-            return await getattr(self._client.stub, method)(request, timeout=timeout)
+            return await getattr(self.stub, method)(request, timeout=timeout)
         except grpc.aio.AioRpcError as e:
             raise EngineCallError(e.code().name, e.details() or "") from e
