@@ -101,4 +101,27 @@ mod tests {
         assert!(t.iter().all(|r| seen.insert((r.method.clone(), r.path))));
         assert!(t.iter().any(|r| r.path == "/health"));
     }
+
+    /// The core's OpenAPI document describes exactly the routes this router is built from.
+    #[test]
+    fn the_document_describes_every_route() {
+        let doc: serde_json::Value =
+            serde_json::from_str(hybridllm_api::openapi::document()).unwrap();
+        let described: std::collections::BTreeSet<(String, String)> = doc["paths"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .flat_map(|(path, item)| {
+                item.as_object()
+                    .unwrap()
+                    .keys()
+                    .map(move |m| (m.to_uppercase(), path.clone()))
+            })
+            .collect();
+        let served: std::collections::BTreeSet<(String, String)> = table()
+            .iter()
+            .map(|r| (r.method.to_string(), r.path.to_string()))
+            .collect();
+        assert_eq!(described, served);
+    }
 }

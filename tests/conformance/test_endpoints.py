@@ -34,17 +34,21 @@ def _same(servers: dict, method: str, path: str, body: object = None) -> Any:
     return out["rust"]
 
 
+TOKENIZE = [{"prompt": "Hello, 世界! 🎉"},
+            {"prompt": "Hello", "add_special_tokens": False},
+            {"messages": [{"role": "user", "content": "hi"}]},
+            {"messages": [{"role": "user", "content": "hi"}],
+             "add_generation_prompt": False, "add_special_tokens": True}]
+DETOKENIZE = {"tokens": [19556, 28, 30, 1, 2]}
+
+
 def test_tokenize_detokenize(servers: dict) -> None:
-    for body in ({"prompt": "Hello, 世界! 🎉"},
-                 {"prompt": "Hello", "add_special_tokens": False},
-                 {"messages": [{"role": "user", "content": "hi"}]},
-                 {"messages": [{"role": "user", "content": "hi"}],
-                  "add_generation_prompt": False, "add_special_tokens": True}):
+    for body in TOKENIZE:
         _same(servers, "POST", "/tokenize", body)
     value = _same(servers, "POST", "/tokenize", {"prompt": "Hello, 世界"})
     assert value["max_model_len"] == MAX_MODEL_LEN
     assert value["count"] == len(value["tokens"]) > 0
-    _same(servers, "POST", "/detokenize", {"tokens": [19556, 28, 30, 1, 2]})
+    _same(servers, "POST", "/detokenize", DETOKENIZE)
 
 
 def test_models_version(servers: dict) -> None:

@@ -5,24 +5,30 @@ use crate::beam_search::beam_params;
 use crate::context::ApiContext;
 use crate::errors::ApiError;
 use crate::logprobs::chat_content;
+use crate::prompt::ChatMessage;
 use crate::prompt::TemplateArgs;
 use crate::request::{field_error, FieldError, RequestBody, StreamOptions, Unhonoured};
 use crate::sse::ChunkHead;
 use crate::text::tokenizer::Tokenizer;
 use crate::text_deltas::GenEvent;
 use crate::usage::{new_id, now, Usage};
-use crate::validation::{fit_max_tokens, GenParams, GenRequest, SamplingRequest};
+use crate::validation::{fit_max_tokens, Bound, GenParams, GenRequest, SamplingRequest, LOGPROBS};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use utoipa::ToSchema;
 
-#[derive(Debug, Deserialize)]
+/// OpenAI's chat completion request with vLLM's extensions.
+#[derive(Debug, Deserialize, ToSchema)]
+#[schema(as = ChatCompletionRequest)]
 pub struct ChatRequest {
     pub model: Option<String>,
+    #[schema(value_type = Vec<ChatMessage>)]
     pub messages: Vec<Value>,
     #[serde(flatten)]
     pub sampling: SamplingRequest,
     pub logprobs: Option<bool>,
+    /// With `logprobs: true`.
     pub top_logprobs: Option<i64>,
     pub stream: Option<bool>,
     pub stream_options: Option<StreamOptions>,
@@ -35,6 +41,7 @@ impl RequestBody for ChatRequest {
     const GROUPS: &'static [FieldError] =
         &[field_error::<SamplingRequest>, field_error::<TemplateArgs>];
     const UNHONOURED: &'static [&'static [Unhonoured]] = crate::request::CHAT_UNHONOURED;
+    const BOUNDS: &'static [(&'static str, Bound)] = &[("top_logprobs", LOGPROBS)];
 }
 
 /// A valid chat request whose prompt is rendered, before it is tokenized (each shell

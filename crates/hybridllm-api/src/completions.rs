@@ -12,21 +12,26 @@ use crate::text::tokenizer::{DecodeOpts, Tokenizer};
 use crate::text_deltas::GenEvent;
 use crate::usage::{new_id, now, Usage};
 use crate::validation::{
-    fit_max_tokens, unset_max_tokens, GenParams, GenRequest, SamplingRequest,
-    DEFAULT_COMPLETION_MAX_TOKENS,
+    fit_max_tokens, unset_max_tokens, Bound, GenParams, GenRequest, SamplingRequest,
+    DEFAULT_COMPLETION_MAX_TOKENS, LOGPROBS,
 };
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use utoipa::ToSchema;
 
-#[derive(Debug, Deserialize)]
+/// OpenAI's completion request with vLLM's extensions.
+#[derive(Debug, Deserialize, ToSchema)]
 pub struct CompletionRequest {
     pub model: Option<String>,
+    #[schema(value_type = PromptInput)]
     pub prompt: Value,
     #[serde(flatten)]
     pub sampling: SamplingRequest,
+    /// Top logprobs per token.
     pub logprobs: Option<i64>,
     pub echo: Option<bool>,
+    /// Refused when set.
     pub suffix: Option<String>,
     pub stream: Option<bool>,
     pub stream_options: Option<StreamOptions>,
@@ -36,6 +41,19 @@ pub struct CompletionRequest {
 impl RequestBody for CompletionRequest {
     const GROUPS: &'static [FieldError] = &[field_error::<SamplingRequest>];
     const UNHONOURED: &'static [&'static [Unhonoured]] = crate::request::COMPLETION_UNHONOURED;
+    const BOUNDS: &'static [(&'static str, Bound)] = &[("logprobs", LOGPROBS)];
+}
+
+/// What a prompt (or an embeddings input) may be: a string, strings, token ids or lists of
+/// them (read by `parse_prompts`; an empty list is refused).
+#[derive(ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)] // a schema only
+pub enum PromptInput {
+    Text(String),
+    Texts(Vec<String>),
+    Ids(Vec<u32>),
+    IdLists(Vec<Vec<u32>>),
 }
 
 pub enum Prompt {

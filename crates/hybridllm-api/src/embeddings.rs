@@ -7,20 +7,26 @@ use crate::usage::{new_id, now};
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use utoipa::ToSchema;
 
 pub const MAX_INPUTS: usize = 2048;
 const BAD_INPUT: &str =
     "input must be a string, a list of strings, a list of token ids, or a list of token-id lists.";
 
-#[derive(Debug, Deserialize)]
+/// OpenAI's embeddings request with vLLM's extensions.
+#[derive(Debug, Deserialize, ToSchema)]
 pub struct EmbeddingRequest {
     pub model: Option<String>,
     /// A string, strings, token ids or lists of them (checked by `parse_inputs`).
+    #[schema(value_type = crate::completions::PromptInput)]
     pub input: Value,
+    /// "float" (the default) or "base64".
     pub encoding_format: Option<String>,
+    /// Only the model's own (no matryoshka models).
     pub dimensions: Option<i64>,
     #[allow(dead_code)] // accepted, as OpenAI documents it; nothing to do with it
     pub user: Option<String>,
+    /// -1 (the model's limit) or at least 1.
     pub truncate_prompt_tokens: Option<i64>,
     pub add_special_tokens: Option<bool>,
     pub normalize: Option<bool>,

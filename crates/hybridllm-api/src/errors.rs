@@ -2,7 +2,28 @@
 //! body `{"error": {"message", "type", "param", "code"}}` (vLLM's type names). The shells
 //! only write it out (with the headers its kind asks for: `ApiError::header`).
 use http::StatusCode;
-use serde_json::json;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+/// The body of every refusal (and the payload of an SSE error event).
+#[derive(Serialize, ToSchema)]
+#[schema(as = ErrorResponse)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ErrorDetail {
+    pub message: String,
+    /// vLLM's name of the kind of error, e.g. BadRequestError.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// The request field at fault, when there is one (always present, null otherwise).
+    #[schema(required = true)]
+    pub param: Option<String>,
+    /// The HTTP status.
+    pub code: u16,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -132,12 +153,15 @@ impl ApiError {
             ApiError::BadRequest { param, .. } => param.clone(),
             _ => None,
         };
-        json!({"error": {
-            "message": self.to_string(),
-            "type": self.error_type(),
-            "param": param,
-            "code": self.status().as_u16(),
-        }})
+        let body = ErrorBody {
+            error: ErrorDetail {
+                message: self.to_string(),
+                kind: self.error_type(),
+                param,
+                code: self.status().as_u16(),
+            },
+        };
+        serde_json::to_value(body).expect("an error body serializes")
     }
 
     /// The header this kind of refusal carries besides its body.

@@ -16,6 +16,7 @@ pub mod errors;
 pub mod limits;
 pub mod logprobs;
 pub mod metrics;
+pub mod openapi;
 pub mod prompt;
 pub mod request;
 pub mod response_store;

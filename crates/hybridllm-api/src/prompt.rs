@@ -5,10 +5,48 @@ use crate::errors::ApiError;
 use crate::text::chat_template::{ChatTemplate, RenderInput};
 use serde::Deserialize;
 use serde_json::{Map, Value};
+use utoipa::ToSchema;
+
+/// One chat message as `prepare_messages` reads it: a `role`, and `content` as a string, a
+/// list of text parts or null; other fields (`name`, `tool_calls`, ...) go to the template.
+#[derive(ToSchema)]
+#[allow(dead_code)] // a schema only
+pub struct ChatMessage {
+    role: String,
+    #[schema(value_type = Option<MessageContent>)]
+    content: Option<Value>,
+}
+
+/// A message's content.
+#[derive(ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)] // a schema only
+pub enum MessageContent {
+    Text(String),
+    Parts(Vec<TextPart>),
+}
+
+/// A content part: text only (`type` "text" or absent).
+#[derive(ToSchema)]
+#[allow(dead_code)] // a schema only
+pub struct TextPart {
+    #[serde(rename = "type")]
+    kind: Option<TextKind>,
+    text: String,
+}
+
+#[derive(ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)] // a schema only
+pub enum TextKind {
+    Text,
+}
 
 /// Chat-template inputs, shared with /tokenize.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, ToSchema)]
 pub struct TemplateArgs {
+    /// Given to the template (on chat completions only an empty list: tool calling is not
+    /// served).
     pub tools: Option<Value>,
     pub documents: Option<Value>,
     pub add_generation_prompt: Option<bool>,

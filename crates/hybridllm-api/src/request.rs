@@ -3,12 +3,17 @@
 //! the documented OpenAI/vLLM fields this server does not honour, refused by name instead of
 //! silently ignored.
 use crate::errors::ApiError;
+use crate::validation::Bound;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{Map, Value};
+use utoipa::ToSchema;
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, ToSchema)]
 pub struct StreamOptions {
+    /// A last chunk with the usage (false by default).
+    // `serde(default)` tells the schema what the Deserialize below does.
+    #[serde(default)]
     pub include_usage: bool,
 }
 
@@ -131,6 +136,9 @@ pub trait RequestBody: DeserializeOwned {
     const GROUPS: &'static [FieldError] = &[];
     /// The documented fields it refuses (see `Unhonoured`), in groups.
     const UNHONOURED: &'static [&'static [Unhonoured]] = &[];
+    /// Its own bounded fields (those of flattened groups are the group's), for the OpenAPI
+    /// document; validation checks the same `Bound`s.
+    const BOUNDS: &'static [(&'static str, Bound)] = &[];
 }
 
 /// The path and message of the error reading a value as some type, if any.

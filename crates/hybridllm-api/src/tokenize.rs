@@ -2,17 +2,20 @@
 //! /tokenizer_info.
 use crate::context::ApiContext;
 use crate::errors::ApiError;
-use crate::prompt::TemplateArgs;
+use crate::prompt::{ChatMessage, TemplateArgs};
 use crate::request::{field_error, FieldError, RequestBody};
 use crate::text::tokenizer::DecodeOpts;
 use crate::usage::new_id;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
+use utoipa::ToSchema;
 
-#[derive(Debug, Deserialize)]
+/// vLLM's /tokenize: exactly one of `prompt` or `messages`.
+#[derive(Debug, Deserialize, ToSchema)]
 pub struct TokenizeRequest {
     pub model: Option<String>,
     pub prompt: Option<String>,
+    #[schema(value_type = Option<Vec<ChatMessage>>)]
     pub messages: Option<Vec<Value>>,
     pub add_special_tokens: Option<bool>,
     #[serde(flatten)]
@@ -48,11 +51,31 @@ impl TokenizeCall {
     }
 
     pub fn body(ctx: &ApiContext, tokens: &[u32]) -> Value {
-        json!({"count": tokens.len(), "max_model_len": ctx.max_model_len, "tokens": tokens})
+        serde_json::to_value(TokenizeResponse {
+            count: tokens.len(),
+            max_model_len: ctx.max_model_len,
+            tokens,
+        })
+        .expect("a tokenize body serializes")
     }
 }
 
-#[derive(Debug, Deserialize)]
+/// The body of /tokenize.
+#[derive(Serialize, ToSchema)]
+pub struct TokenizeResponse<'a> {
+    pub count: usize,
+    pub max_model_len: u32,
+    pub tokens: &'a [u32],
+}
+
+/// The body of /detokenize.
+#[derive(Serialize, ToSchema)]
+pub struct DetokenizeResponse {
+    pub prompt: String,
+}
+
+/// vLLM's /detokenize.
+#[derive(Debug, Deserialize, ToSchema)]
 pub struct DetokenizeRequest {
     pub model: Option<String>,
     pub tokens: Vec<u32>,
@@ -67,7 +90,7 @@ pub fn detokenize(ctx: &ApiContext, req: DetokenizeRequest) -> Result<Value, Api
         .tokenizer
         .decode(&req.tokens, DecodeOpts::default())
         .map_err(ApiError::Internal)?;
-    Ok(json!({"prompt": prompt}))
+    Ok(serde_json::to_value(DetokenizeResponse { prompt }).expect("a detokenize body serializes"))
 }
 
 /// GET /v1/models: each served name, `created` when the server started, `root` the model's

@@ -6,11 +6,103 @@ use crate::text::tokenizer::DecodeOpts;
 use serde::Deserialize;
 use serde_json::Value as Json;
 use std::collections::HashMap;
+use utoipa::ToSchema;
+
+/// What `stop` may be (read by `stop_list`).
+#[derive(ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)] // a schema only
+pub enum Stop {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// The interval a number must lie in: validation refuses a value outside it and the OpenAPI
+/// document states it (`openapi.rs`), so the rule is written once.
+#[derive(Debug, Clone, Copy)]
+pub struct Bound {
+    pub lo: f64,
+    pub hi: f64,
+    /// `lo` itself excluded.
+    pub lo_open: bool,
+}
+
+pub const fn closed(lo: f64, hi: f64) -> Bound {
+    Bound {
+        lo,
+        hi,
+        lo_open: false,
+    }
+}
+
+impl Bound {
+    pub fn contains(&self, x: f64) -> bool {
+        x.is_finite()
+            && (if self.lo_open {
+                x > self.lo
+            } else {
+                x >= self.lo
+            })
+            && x <= self.hi
+    }
+    /// Exact: every bound is an integer far below 2^53, so rounding `x` crosses none.
+    pub fn contains_int(&self, x: i64) -> bool {
+        self.contains(x as f64)
+    }
+}
+
+pub const N: Bound = closed(1.0, 128.0);
+pub const TEMPERATURE: Bound = closed(0.0, 2.0);
+pub const TOP_P: Bound = Bound {
+    lo: 0.0,
+    hi: 1.0,
+    lo_open: true,
+};
+/// -1 or 0 turn top-k off.
+pub const TOP_K: Bound = closed(-1.0, i32::MAX as f64);
+pub const MIN_P: Bound = closed(0.0, 1.0);
+/// presence_penalty and frequency_penalty.
+pub const PENALTY: Bound = closed(-2.0, 2.0);
+pub const REPETITION_PENALTY: Bound = Bound {
+    lo: 0.0,
+    hi: 2.0,
+    lo_open: true,
+};
+/// max_tokens and its other names; the upper end is the wire type's (u32).
+pub const MAX_TOKENS: Bound = closed(1.0, u32::MAX as f64);
+/// The upper end is max_tokens when it is set.
+pub const MIN_TOKENS: Bound = closed(0.0, u32::MAX as f64);
+pub const MAX_LOGPROBS: i64 = 20;
+/// logprobs, top_logprobs and prompt_logprobs.
+pub const LOGPROBS: Bound = closed(0.0, MAX_LOGPROBS as f64);
+pub const LOGIT_BIAS: Bound = closed(-100.0, 100.0);
+
+impl SamplingRequest {
+    /// Each bounded field and its bound, for the OpenAPI document (`logit_bias` bounds its
+    /// values).
+    pub const BOUNDS: &'static [(&'static str, Bound)] = &[
+        ("n", N),
+        ("temperature", TEMPERATURE),
+        ("top_p", TOP_P),
+        ("top_k", TOP_K),
+        ("min_p", MIN_P),
+        ("presence_penalty", PENALTY),
+        ("frequency_penalty", PENALTY),
+        ("repetition_penalty", REPETITION_PENALTY),
+        ("max_tokens", MAX_TOKENS),
+        ("max_completion_tokens", MAX_TOKENS),
+        ("min_tokens", MIN_TOKENS),
+        ("prompt_logprobs", LOGPROBS),
+        ("logit_bias", LOGIT_BIAS),
+    ];
+}
 
 /// Sampling fields common to /v1/completions and /v1/chat/completions (OpenAI + vLLM).
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, ToSchema)]
 pub struct SamplingRequest {
+    /// Choices to generate (the beam width with `use_beam_search`).
     pub n: Option<i64>,
+    /// Only equal to `n`.
     pub best_of: Option<i64>,
     pub temperature: Option<f64>,
     pub top_p: Option<f64>,
@@ -23,9 +115,11 @@ pub struct SamplingRequest {
     pub max_tokens: Option<i64>,
     pub max_completion_tokens: Option<i64>,
     pub min_tokens: Option<i64>,
+    #[schema(value_type = Option<Stop>)]
     pub stop: Option<Json>,
     pub stop_token_ids: Option<Vec<u32>>,
     pub ignore_eos: Option<bool>,
+    /// Token id (a decimal string) to a bias.
     pub logit_bias: Option<HashMap<String, f64>>,
     pub skip_special_tokens: Option<bool>,
     pub spaces_between_special_tokens: Option<bool>,
@@ -59,27 +153,30 @@ pub struct GenRequest {
     pub max_tokens: u32,
 }
 
-pub const MAX_LOGPROBS: i64 = 20;
 /// /v1/completions without max_tokens generates this many tokens (OpenAI's and vLLM's default).
 pub const DEFAULT_COMPLETION_MAX_TOKENS: u32 = 16;
 
-fn range_f(
-    name: &str,
-    v: Option<f64>,
-    lo: f64,
-    hi: f64,
-    lo_open: bool,
-) -> Result<Option<f32>, ApiError> {
+fn range_f(name: &str, v: Option<f64>, b: Bound) -> Result<Option<f32>, ApiError> {
     let Some(x) = v else { return Ok(None) };
-    let ok = x.is_finite() && (if lo_open { x > lo } else { x >= lo }) && x <= hi;
-    if !ok {
-        let l = if lo_open { "(" } else { "[" };
+    if !b.contains(x) {
+        let l = if b.lo_open { "(" } else { "[" };
         return Err(ApiError::bad_param(
             name,
-            format!("{name} must be in {l}{lo}, {hi}], got {x}."),
+            format!("{name} must be in {l}{}, {}], got {x}.", b.lo, b.hi),
         ));
     }
     Ok(Some(x as f32))
+}
+
+/// An integer field within a closed bound, refused as `{name} must be in [lo, hi], got x.`
+pub fn range_i(name: &str, x: i64, b: Bound) -> Result<(), ApiError> {
+    if b.contains_int(x) {
+        return Ok(());
+    }
+    Err(ApiError::bad_param(
+        name,
+        format!("{name} must be in [{}, {}], got {x}.", b.lo, b.hi),
+    ))
 }
 
 fn stop_list(v: &Option<Json>) -> Result<Vec<String>, ApiError> {
@@ -109,12 +206,7 @@ impl SamplingRequest {
         vocab_size: usize,
     ) -> Result<GenParams, ApiError> {
         let n = self.n.unwrap_or(1);
-        if !(1..=128).contains(&n) {
-            return Err(ApiError::bad_param(
-                "n",
-                format!("n must be in [1, 128], got {n}."),
-            ));
-        }
+        range_i("n", n, N)?;
         if let Some(b) = self.best_of {
             if b != n {
                 return Err(ApiError::bad_param(
@@ -123,28 +215,18 @@ impl SamplingRequest {
                 ));
             }
         }
-        let temperature = range_f("temperature", self.temperature, 0.0, 2.0, false)?;
-        let top_p = range_f("top_p", self.top_p, 0.0, 1.0, true)?;
-        let min_p = range_f("min_p", self.min_p, 0.0, 1.0, false)?;
-        let presence_penalty =
-            range_f("presence_penalty", self.presence_penalty, -2.0, 2.0, false)?;
-        let frequency_penalty = range_f(
-            "frequency_penalty",
-            self.frequency_penalty,
-            -2.0,
-            2.0,
-            false,
+        let temperature = range_f("temperature", self.temperature, TEMPERATURE)?;
+        let top_p = range_f("top_p", self.top_p, TOP_P)?;
+        let min_p = range_f("min_p", self.min_p, MIN_P)?;
+        let presence_penalty = range_f("presence_penalty", self.presence_penalty, PENALTY)?;
+        let frequency_penalty = range_f("frequency_penalty", self.frequency_penalty, PENALTY)?;
+        let repetition_penalty = range_f(
+            "repetition_penalty",
+            self.repetition_penalty,
+            REPETITION_PENALTY,
         )?;
-        if let Some(r) = self.repetition_penalty {
-            if !(r.is_finite() && r > 0.0 && r <= 2.0) {
-                return Err(ApiError::bad_param(
-                    "repetition_penalty",
-                    format!("repetition_penalty must be in (0, 2], got {r}."),
-                ));
-            }
-        }
         if let Some(k) = self.top_k {
-            if k < -1 || k > i32::MAX as i64 {
+            if !TOP_K.contains_int(k) {
                 return Err(ApiError::bad_param(
                     "top_k",
                     format!("top_k must be -1 (disable), or at least 1, got {k}."),
@@ -153,7 +235,7 @@ impl SamplingRequest {
         }
         let max_tokens = match (self.max_tokens, self.max_completion_tokens) {
             (_, Some(m)) | (Some(m), None) => {
-                if m < 1 || m > u32::MAX as i64 {
+                if !MAX_TOKENS.contains_int(m) {
                     let field = if self.max_completion_tokens.is_some() {
                         "max_completion_tokens"
                     } else {
@@ -170,29 +252,24 @@ impl SamplingRequest {
         };
         let min_tokens = self.min_tokens.unwrap_or(0);
         // Without max_tokens the bound is the wire type's (u32), never a silent wrap.
-        let most = max_tokens.unwrap_or(u32::MAX) as i64;
-        if !(0..=most).contains(&min_tokens) {
+        let most = max_tokens.map_or(MIN_TOKENS.hi, |m| m as f64);
+        if !(Bound {
+            hi: most,
+            ..MIN_TOKENS
+        })
+        .contains_int(min_tokens)
+        {
             return Err(ApiError::bad_param(
                 "min_tokens",
                 format!("min_tokens must be in [0, max_tokens], got {min_tokens}."),
             ));
         }
         if let Some(lp) = logprobs {
-            if !(0..=MAX_LOGPROBS).contains(&lp) {
-                return Err(ApiError::bad_param(
-                    "logprobs",
-                    format!("logprobs must be in [0, {MAX_LOGPROBS}], got {lp}."),
-                ));
-            }
+            range_i("logprobs", lp, LOGPROBS)?;
         }
         let prompt_logprobs = self.prompt_logprobs;
         if let Some(lp) = prompt_logprobs {
-            if !(0..=MAX_LOGPROBS).contains(&lp) {
-                return Err(ApiError::bad_param(
-                    "prompt_logprobs",
-                    format!("prompt_logprobs must be in [0, {MAX_LOGPROBS}], got {lp}."),
-                ));
-            }
+            range_i("prompt_logprobs", lp, LOGPROBS)?;
         }
         let mut logit_bias = HashMap::new();
         for (k, v) in self.logit_bias.iter().flatten() {
@@ -210,10 +287,13 @@ impl SamplingRequest {
                     ),
                 ));
             }
-            if !(-100.0..=100.0).contains(v) {
+            if !LOGIT_BIAS.contains(*v) {
                 return Err(ApiError::bad_param(
                     "logit_bias",
-                    format!("logit_bias values must be in [-100, 100], got {v}."),
+                    format!(
+                        "logit_bias values must be in [{}, {}], got {v}.",
+                        LOGIT_BIAS.lo, LOGIT_BIAS.hi
+                    ),
                 ));
             }
             logit_bias.insert(id, *v as f32);
@@ -234,7 +314,7 @@ impl SamplingRequest {
             min_p,
             presence_penalty,
             frequency_penalty,
-            repetition_penalty: self.repetition_penalty.map(|x| x as f32),
+            repetition_penalty,
             seed: self.seed,
             max_tokens: None,
             min_tokens: self.min_tokens.map(|m| m as u32),
@@ -328,9 +408,44 @@ mod tests {
             .validate(None, 100)
             .unwrap_err();
         assert_eq!(e.to_string(), "temperature must be in [0, 2], got 3.");
-        assert!(req(serde_json::json!({"top_p": 0.0}))
-            .validate(None, 100)
-            .is_err());
+        // The messages state each `Bound` as it was written before it was one.
+        for (body, says) in [
+            (
+                serde_json::json!({"top_p": 0.0}),
+                "top_p must be in (0, 1], got 0.",
+            ),
+            (
+                serde_json::json!({"n": 129}),
+                "n must be in [1, 128], got 129.",
+            ),
+            (
+                serde_json::json!({"repetition_penalty": 2.5}),
+                "repetition_penalty must be in (0, 2], got 2.5.",
+            ),
+            (
+                serde_json::json!({"prompt_logprobs": 21}),
+                "prompt_logprobs must be in [0, 20], got 21.",
+            ),
+            (
+                serde_json::json!({"logit_bias": {"5": -100.5}}),
+                "logit_bias values must be in [-100, 100], got -100.5.",
+            ),
+            (
+                serde_json::json!({"top_k": -2}),
+                "top_k must be -1 (disable), or at least 1, got -2.",
+            ),
+            (
+                serde_json::json!({"max_tokens": 4294967296i64}),
+                "max_tokens must be at least 1, got 4294967296.",
+            ),
+        ] {
+            let e = req(body).validate(None, 100).unwrap_err();
+            assert_eq!(e.to_string(), says);
+        }
+        let e = req(serde_json::json!({}))
+            .validate(Some(21), 100)
+            .unwrap_err();
+        assert_eq!(e.to_string(), "logprobs must be in [0, 20], got 21.");
         assert!(req(serde_json::json!({"n": 0}))
             .validate(None, 100)
             .is_err());

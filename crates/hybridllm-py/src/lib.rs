@@ -976,6 +976,12 @@ fn tokenize_body(ctx: &Context, tokens: Vec<u32>) -> String {
     TokenizeCall::body(&ctx.inner, &tokens).to_string()
 }
 
+/// The OpenAPI document both frontends serve at /openapi.json (JSON).
+#[pyfunction]
+fn openapi_json() -> &'static str {
+    hybridllm_api::openapi::document()
+}
+
 /// POST /detokenize's response body (JSON); raises ApiError.
 #[pyfunction]
 fn detokenize(ctx: &Context, body: &[u8]) -> PyResult<String> {
@@ -1278,6 +1284,7 @@ fn _api(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tokenize_body, m)?)?;
     m.add_function(wrap_pyfunction!(detokenize, m)?)?;
     m.add_function(wrap_pyfunction!(models, m)?)?;
+    m.add_function(wrap_pyfunction!(openapi_json, m)?)?;
     m.add_class::<EmbeddingCall>()?;
     m.add_class::<EmbeddingResponse>()?;
     m.add_class::<ResponseStore>()?;

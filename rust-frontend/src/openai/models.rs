@@ -44,10 +44,6 @@ pub async fn version() -> Response {
     axum::Json(json!({"version": env!("CARGO_PKG_VERSION")})).into_response()
 }
 
-/// The OpenAPI 3 document of every route, shared with the Python frontend (one file, so the
-/// two cannot describe different APIs; a test checks it against both route tables).
-pub const OPENAPI: &str = include_str!("../../../python/hybridllm/entrypoints/openai/openapi.json");
-
 /// The playground (GET /): one self-contained page, shared with the Python frontend.
 pub const PLAYGROUND: &str =
     include_str!("../../../python/hybridllm/entrypoints/openai/playground.html");
@@ -61,7 +57,12 @@ pub async fn playground() -> Response {
 }
 
 pub async fn openapi() -> Response {
-    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+    // The core's document, as the Python frontend serves it too.
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        hybridllm_api::openapi::document(),
+    )
+        .into_response()
 }
 
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {

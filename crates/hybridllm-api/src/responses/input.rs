@@ -1,13 +1,20 @@
 //! The `/v1/responses` request: its fields, those served only in their text-only form, and
 //! its input items read into stored items and chat messages.
 use crate::errors::ApiError;
-use crate::validation::SamplingRequest;
+use crate::validation::{
+    range_i, Bound, SamplingRequest, Stop, MAX_TOKENS, MIN_P, REPETITION_PENALTY, TEMPERATURE,
+    TOP_K, TOP_P,
+};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
+use utoipa::openapi::{ObjectBuilder, Type};
+use utoipa::ToSchema;
 
-#[derive(Debug, Deserialize)]
+/// OpenAI's Responses API request (text only).
+#[derive(Debug, Deserialize, ToSchema)]
 pub struct ResponsesRequest {
     pub model: Option<String>,
+    #[schema(value_type = ResponsesInput)]
     pub input: Value,
     pub instructions: Option<String>,
     pub max_output_tokens: Option<i64>,
@@ -18,13 +25,17 @@ pub struct ResponsesRequest {
     pub min_p: Option<f64>,
     pub repetition_penalty: Option<f64>,
     pub seed: Option<i64>,
+    #[schema(value_type = Option<Stop>)]
     pub stop: Option<Value>,
     pub ignore_eos: Option<bool>,
     pub stream: Option<bool>,
     pub store: Option<bool>,
     pub previous_response_id: Option<String>,
+    /// Up to 16 keys of up to 64 characters, string values of up to 512.
+    #[schema(value_type = Option<HashMap<String, String>>)]
     pub metadata: Option<Map<String, Value>>,
     pub user: Option<String>,
+    /// "auto" or "disabled" (the default).
     pub truncation: Option<String>,
     // Refused unless in their text-only form (`check_unsupported`), never ignored.
     pub background: Option<bool>,
@@ -38,7 +49,16 @@ pub struct ResponsesRequest {
     pub conversation: Option<Value>,
 }
 
-impl crate::request::RequestBody for ResponsesRequest {}
+impl crate::request::RequestBody for ResponsesRequest {
+    const BOUNDS: &'static [(&'static str, Bound)] = &[
+        ("max_output_tokens", MAX_TOKENS),
+        ("temperature", TEMPERATURE),
+        ("top_p", TOP_P),
+        ("top_k", TOP_K),
+        ("min_p", MIN_P),
+        ("repetition_penalty", REPETITION_PENALTY),
+    ];
+}
 
 const METADATA_KEYS: usize = 16;
 const METADATA_KEY_CHARS: usize = 64;
@@ -171,12 +191,7 @@ impl ResponsesRequest {
     /// so that its errors name it.
     pub fn sampling(&self, limit: Option<u32>) -> Result<SamplingRequest, ApiError> {
         if let Some(m) = self.max_output_tokens {
-            if !(1..=u32::MAX as i64).contains(&m) {
-                return Err(ApiError::bad_param(
-                    "max_output_tokens",
-                    format!("max_output_tokens must be in [1, {}], got {m}.", u32::MAX),
-                ));
-            }
+            range_i("max_output_tokens", m, MAX_TOKENS)?;
             if let Some(l) = limit.filter(|l| m > *l as i64) {
                 return Err(ApiError::bad_param(
                     "max_output_tokens",
@@ -213,6 +228,65 @@ pub struct Input {
 }
 
 const ROLES: [&str; 4] = ["user", "system", "developer", "assistant"];
+
+/// What `input` may be (read by `read_input`): a string, or a non-empty list of messages.
+#[derive(ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)] // a schema only
+pub enum ResponsesInput {
+    Text(String),
+    Items(Vec<InputMessage>),
+}
+
+/// An input item: a message (`type` "message" or absent).
+#[derive(ToSchema)]
+#[allow(dead_code)] // a schema only
+pub struct InputMessage {
+    #[serde(rename = "type")]
+    kind: Option<MessageKind>,
+    #[schema(schema_with = role_schema)]
+    role: String,
+    #[schema(value_type = InputContent)]
+    content: Value,
+}
+
+#[derive(ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)] // a schema only
+pub enum MessageKind {
+    Message,
+}
+
+/// `ROLES`, as the document lists them.
+fn role_schema() -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some(ROLES))
+}
+
+#[derive(ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)] // a schema only
+pub enum InputContent {
+    Text(String),
+    Parts(Vec<InputPart>),
+}
+
+#[derive(ToSchema)]
+#[allow(dead_code)] // a schema only
+pub struct InputPart {
+    #[serde(rename = "type")]
+    kind: PartKind,
+    text: String,
+}
+
+#[derive(ToSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)] // a schema only
+pub enum PartKind {
+    InputText,
+    OutputText,
+}
 
 /// A string is one user message; a list holds messages (`{"role", "content"}`, optionally
 /// `"type": "message"`) whose content is a string or text parts.

@@ -13,7 +13,7 @@ use crate::response_store::{ResponseStore, StoredResponse};
 use crate::sse::write_named_frame;
 use crate::text_deltas::GenEvent;
 use crate::usage::Usage;
-use crate::validation::{fit_max_tokens, GenParams, GenRequest};
+use crate::validation::{closed, fit_max_tokens, Bound, GenParams, GenRequest};
 use bytes::Bytes;
 use input::{read_input, ResponsesRequest};
 use object::{output_text, status, ItemEvent, PartEvent, ResponseHead, TextDelta, TextDone};
@@ -358,6 +358,9 @@ pub fn delete(store: &ResponseStore, id: &str, owner: Option<&str>) -> Result<Va
     Ok(json!({"id": id, "object": "response", "deleted": true}))
 }
 
+/// How many input items one page may list.
+pub const INPUT_ITEMS_LIMIT: Bound = closed(1.0, 100.0);
+
 /// A page of the response's own input items: `order` (desc by default, as OpenAI), `limit`
 /// (1 to 100, default 20), `after` (an item id), from the query string's values.
 pub fn input_items(
@@ -383,15 +386,21 @@ pub fn input_items(
     let limit = match limit {
         None => 20,
         Some(l) => l
-            .parse::<usize>()
+            .parse::<i64>()
             .ok()
-            .filter(|n| (1..=100).contains(n))
+            .filter(|&n| INPUT_ITEMS_LIMIT.contains_int(n))
             .ok_or_else(|| {
+                let b = INPUT_ITEMS_LIMIT;
                 ApiError::bad_param(
                     "limit",
-                    format!("limit must be an integer in [1, 100], got {}.", json!(l)),
+                    format!(
+                        "limit must be an integer in [{}, {}], got {}.",
+                        b.lo,
+                        b.hi,
+                        json!(l)
+                    ),
                 )
-            })?,
+            })? as usize,
     };
     if let Some(after) = after {
         let at = items.iter().position(|i| i["id"] == after).ok_or_else(|| {

@@ -47,8 +47,8 @@ async def version() -> Response:
     return _json(orjson.dumps({"version": __version__}))
 
 
-# The OpenAPI 3 document the Rust frontend serves too (it compiles this very file in).
-OPENAPI = (Path(__file__).parent / "openapi.json").read_bytes()
+# The API core's OpenAPI document, the one the Rust frontend serves too.
+OPENAPI = _api.openapi_json().encode()
 
 
 PLAYGROUND = (Path(__file__).parent / "playground.html").read_bytes()
