@@ -21,6 +21,7 @@ from tests import golden
 from tests.conformance.conftest import API_KEY, Server, assert_same, parsed, start_all
 from tests.conformance.test_errors import TYPE_ERROR, Foreign, assert_same_error
 from tests.golden.kinds import decode_embeddings, embedding_model
+from tests.openapi_doc import response_validator
 from tests.pooling.conftest import reference_ids
 from tests.pooling.corpus import CORPUS
 
@@ -55,7 +56,9 @@ def _same(servers: dict, body: Any, path: str = E) -> Any:
         r = s.post(path, body)
         assert r.status_code == 200, (mode, r.text)
         assert r.headers["content-type"] == "application/json", mode
-        out[mode] = _decoded(parsed(r))
+        out[mode] = parsed(r)
+        assert response_validator(path, "POST", 200).is_valid(out[mode]), (mode, r.text[:300])
+        out[mode] = _decoded(out[mode])
     assert_same(out, tol=1e-6)
     return out["rust"]
 

@@ -9,6 +9,7 @@ import openai
 import pytest
 
 from tests.conformance.conftest import API_KEY, assert_same, parse_sse, parsed
+from tests.openapi_doc import response_validator
 
 CHAT = [{"role": "user", "content": "What is the capital of France?"}]
 
@@ -85,6 +86,9 @@ def test_same_answer(servers: dict, case: tuple[str, dict[str, Any]], stream: bo
             assert r.headers["content-type"] == "application/json"
             results[mode] = parsed(r)
     assert_same(results)
+    if not stream:  # the body is the one the OpenAPI document describes
+        check = response_validator(path, "POST", 200)
+        assert check is not None and check.is_valid(results["rust"]), results["rust"]
 
 
 def _merge_streams(chunks: list[Any]) -> Any:

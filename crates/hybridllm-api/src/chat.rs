@@ -11,7 +11,7 @@ use crate::request::{field_error, FieldError, RequestBody, StreamOptions, Unhono
 use crate::sse::ChunkHead;
 use crate::text::tokenizer::Tokenizer;
 use crate::text_deltas::GenEvent;
-use crate::usage::{new_id, now, Usage};
+use crate::usage::{new_id, now, CompletionUsage, Usage};
 use crate::validation::{fit_max_tokens, Bound, GenParams, GenRequest, SamplingRequest, LOGPROBS};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -223,31 +223,69 @@ impl ChatResponse {
 
     /// The whole (not streamed) response.
     pub fn body(&self, tok: &Tokenizer, c: Collected) -> Value {
-        let choices: Vec<Value> = c
+        let choices = c
             .choices
             .into_iter()
             .enumerate()
-            .map(|(i, choice)| {
-                json!({
-                    "index": i,
-                    "message": {"role": "assistant", "content": choice.text, "tool_calls": []},
-                    "logprobs": self.logprobs_json(tok, &choice.logprobs),
-                    "finish_reason": choice.finish.reason,
-                    "stop_reason": choice.finish.stop_reason,
-                })
+            .map(|(i, choice)| ChatChoice {
+                index: i,
+                message: AssistantMessage {
+                    role: "assistant",
+                    content: choice.text,
+                    tool_calls: vec![],
+                },
+                logprobs: self.logprobs_json(tok, &choice.logprobs),
+                finish_reason: choice.finish.reason,
+                stop_reason: choice.finish.stop_reason,
             })
             .collect();
-        let prompt_logprobs = c.prompt_logprobs.into_iter().next().unwrap_or_default();
-        json!({
-            "id": self.head.id,
-            "object": "chat.completion",
-            "created": self.head.created,
-            "model": self.head.model,
-            "choices": choices,
-            "usage": c.usage.to_json(),
-            "prompt_logprobs": prompt_logprobs,
-        })
+        let body = ChatCompletion {
+            id: &self.head.id,
+            object: "chat.completion",
+            created: self.head.created,
+            model: &self.head.model,
+            choices,
+            usage: c.usage.body(),
+            prompt_logprobs: c.prompt_logprobs.into_iter().next().unwrap_or_default(),
+        };
+        serde_json::to_value(body).expect("a chat completion serializes")
     }
+}
+
+/// The body of a chat completion that is not streamed.
+#[derive(Serialize, ToSchema)]
+pub struct ChatCompletion<'a> {
+    id: &'a str,
+    /// "chat.completion"
+    object: &'static str,
+    created: i64,
+    model: &'a str,
+    choices: Vec<ChatChoice>,
+    usage: CompletionUsage,
+    /// vLLM's, of the prompt when asked for (null otherwise; null for its first token).
+    #[schema(value_type = Option<Vec<Option<Object>>>, required = true)]
+    prompt_logprobs: Value,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ChatChoice {
+    index: usize,
+    message: AssistantMessage,
+    /// `{"content": [...]}` when asked for, else null.
+    #[schema(value_type = Option<Object>, required = true)]
+    logprobs: Value,
+    finish_reason: &'static str,
+    /// vLLM's: the stop string or token id that ended it, or null.
+    stop_reason: Value,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct AssistantMessage {
+    role: &'static str,
+    content: String,
+    /// Always empty (no tool calling).
+    #[schema(value_type = Vec<Object>)]
+    tool_calls: Vec<Value>,
 }
 
 #[cfg(test)]

@@ -10,14 +10,14 @@ use crate::request::{field_error, FieldError, RequestBody, StreamOptions, Unhono
 use crate::sse::ChunkHead;
 use crate::text::tokenizer::{DecodeOpts, Tokenizer};
 use crate::text_deltas::GenEvent;
-use crate::usage::{new_id, now, Usage};
+use crate::usage::{new_id, now, CompletionUsage, Usage};
 use crate::validation::{
     fit_max_tokens, unset_max_tokens, Bound, GenParams, GenRequest, SamplingRequest,
     DEFAULT_COMPLETION_MAX_TOKENS, LOGPROBS,
 };
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::Value;
 use utoipa::ToSchema;
 
 /// OpenAI's completion request with vLLM's extensions.
@@ -325,7 +325,7 @@ impl CompletionResponse {
     /// The whole (not streamed) response.
     pub fn body(&self, tok: &Tokenizer, c: Collected) -> Value {
         let n = self.n;
-        let choices: Vec<Value> = c
+        let choices: Vec<CompletionChoice> = c
             .choices
             .into_iter()
             .enumerate()
@@ -344,30 +344,60 @@ impl CompletionResponse {
                     }
                     None => Value::Null,
                 };
-                json!({
-                    "index": i,
-                    "text": self.echoes[i / n].clone() + &choice.text,
-                    "logprobs": lp,
-                    "finish_reason": choice.finish.reason,
-                    "stop_reason": choice.finish.stop_reason,
-                    "prompt_logprobs": c.prompt_logprobs[i / n],
-                })
+                CompletionChoice {
+                    index: i,
+                    text: self.echoes[i / n].clone() + &choice.text,
+                    logprobs: lp,
+                    finish_reason: choice.finish.reason,
+                    stop_reason: choice.finish.stop_reason,
+                    prompt_logprobs: c.prompt_logprobs[i / n].clone(),
+                }
             })
             .collect();
-        json!({
-            "id": self.head.id,
-            "object": "text_completion",
-            "created": self.head.created,
-            "model": self.head.model,
-            "choices": choices,
-            "usage": c.usage.to_json(),
-        })
+        let body = TextCompletion {
+            id: &self.head.id,
+            object: "text_completion",
+            created: self.head.created,
+            model: &self.head.model,
+            choices,
+            usage: c.usage.body(),
+        };
+        serde_json::to_value(body).expect("a completion serializes")
     }
+}
+
+/// The body of a completion that is not streamed.
+#[derive(Serialize, ToSchema)]
+pub struct TextCompletion<'a> {
+    id: &'a str,
+    /// "text_completion"
+    object: &'static str,
+    created: i64,
+    model: &'a str,
+    choices: Vec<CompletionChoice>,
+    usage: CompletionUsage,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct CompletionChoice {
+    index: usize,
+    /// The echoed prompt first, with `echo`.
+    text: String,
+    /// `{"tokens", "token_logprobs", "top_logprobs", "text_offset"}` when asked for, else null.
+    #[schema(value_type = Option<Object>, required = true)]
+    logprobs: Value,
+    finish_reason: &'static str,
+    /// vLLM's: the stop string or token id that ended it, or null.
+    stop_reason: Value,
+    /// vLLM's, of the prompt when asked for (null otherwise; null for its first token).
+    #[schema(value_type = Option<Vec<Option<Object>>>, required = true)]
+    prompt_logprobs: Value,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn prompt_forms() {

@@ -261,27 +261,35 @@ impl EmbeddingCall {
     }
 }
 
-#[derive(Serialize)]
+/// Floats, or their little-endian float32 bytes in base64 (`encoding_format`).
+#[derive(Serialize, ToSchema)]
 #[serde(untagged)]
-enum Vector {
+pub enum Vector {
     Float(Vec<f32>),
     Base64(String),
 }
 
-#[derive(Serialize)]
-struct Datum {
+#[derive(Serialize, ToSchema)]
+#[schema(as = Embedding)]
+pub struct Datum {
     index: usize,
+    /// "embedding"
     object: &'static str,
     embedding: Vector,
 }
 
-#[derive(Serialize)]
-struct Body<'a> {
+/// The body of /v1/embeddings.
+#[derive(Serialize, ToSchema)]
+#[schema(as = EmbeddingList)]
+pub struct Body<'a> {
     id: &'a str,
+    /// "list"
     object: &'static str,
     created: i64,
     model: &'a str,
     data: Vec<Datum>,
+    /// Prompt and total tokens (no completion).
+    #[schema(value_type = Object)]
     usage: Value,
 }
 

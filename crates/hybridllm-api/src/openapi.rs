@@ -3,9 +3,9 @@
 //! attributes), the numeric bounds from the `Bound`s validation checks, and the operations
 //! listed once here. Built once; the Rust frontend serves it at `/openapi.json` and the
 //! Python fallback through `hybridllm._api.openapi_json`, so both serve the same bytes.
-use crate::chat::ChatRequest;
-use crate::completions::CompletionRequest;
-use crate::embeddings::EmbeddingRequest;
+use crate::chat::{ChatCompletion, ChatRequest};
+use crate::completions::{CompletionRequest, TextCompletion};
+use crate::embeddings::{Body as EmbeddingList, EmbeddingRequest};
 use crate::errors::ErrorBody;
 use crate::request::RequestBody;
 use crate::responses::input::ResponsesRequest;
@@ -27,8 +27,8 @@ use utoipa::ToSchema;
 enum Answer {
     /// A JSON body, of this component schema (None: an object described in words).
     Json(Option<&'static str>),
-    /// A JSON body, or SSE events with `stream: true`.
-    JsonOrEvents,
+    /// A JSON body (as `Json`), or SSE events with `stream: true`.
+    JsonOrEvents(Option<&'static str>),
     /// A body of this media type.
     Text(&'static str),
     /// No body.
@@ -74,21 +74,21 @@ const KEY: &[u16] = &[401];
 const OPS: &[Op] = &[
     Op { method: HttpMethod::Post, path: "/v1/chat/completions", id: "createChatCompletion",
          summary: "Chat completion (streamed with stream: true)",
-         body: Some("ChatCompletionRequest"), answer: Answer::JsonOrEvents,
+         body: Some("ChatCompletionRequest"), answer: Answer::JsonOrEvents(Some("ChatCompletion")),
          answer_says: "A chat.completion object, or chat.completion.chunk events",
          errors: GENERATE, open: false },
     Op { method: HttpMethod::Post, path: "/v1/completions", id: "createCompletion",
          summary: "Text completion (streamed with stream: true)",
-         body: Some("CompletionRequest"), answer: Answer::JsonOrEvents,
+         body: Some("CompletionRequest"), answer: Answer::JsonOrEvents(Some("TextCompletion")),
          answer_says: "A text_completion object, or its chunk events",
          errors: GENERATE, open: false },
     Op { method: HttpMethod::Post, path: "/v1/embeddings", id: "createEmbedding",
          summary: "Embeddings (embedding models)",
-         body: Some("EmbeddingRequest"), answer: Answer::Json(None),
+         body: Some("EmbeddingRequest"), answer: Answer::Json(Some("EmbeddingList")),
          answer_says: "A list of embedding objects", errors: GENERATE, open: false },
     Op { method: HttpMethod::Post, path: "/v1/responses", id: "createResponse",
          summary: "A model response (Responses API; named events with stream: true)",
-         body: Some("ResponsesRequest"), answer: Answer::JsonOrEvents,
+         body: Some("ResponsesRequest"), answer: Answer::JsonOrEvents(None),
          answer_says: "A response object, or its named events", errors: GENERATE, open: false },
     Op { method: HttpMethod::Get, path: "/v1/responses/{response_id}", id: "getResponse",
          summary: "A stored response", body: None, answer: Answer::Json(None),
@@ -162,6 +162,9 @@ fn schemas() -> Vec<(String, RefOr<Schema>)> {
     add::<ResponsesRequest>(&mut out);
     add::<TokenizeRequest>(&mut out);
     add::<DetokenizeRequest>(&mut out);
+    add::<ChatCompletion>(&mut out);
+    add::<TextCompletion>(&mut out);
+    add::<EmbeddingList>(&mut out);
     add::<TokenizeResponse>(&mut out);
     add::<DetokenizeResponse>(&mut out);
     add::<ErrorBody>(&mut out);
@@ -195,12 +198,13 @@ fn operation(op: &Op) -> utoipa::openapi::path::Operation {
         b = b.parameter(p);
     }
     let ok = ResponseBuilder::new().description(op.answer_says);
+    let body = |name: Option<&str>| match name {
+        Some(name) => json_of(Ref::from_schema_name(name)),
+        None => json_of(object()),
+    };
     let ok = match op.answer {
-        Answer::Json(Some(name)) => {
-            ok.content("application/json", json_of(Ref::from_schema_name(name)))
-        }
-        Answer::Json(None) => ok.content("application/json", json_of(object())),
-        Answer::JsonOrEvents => ok.content("application/json", json_of(object())).content(
+        Answer::Json(name) => ok.content("application/json", body(name)),
+        Answer::JsonOrEvents(name) => ok.content("application/json", body(name)).content(
             "text/event-stream",
             json_of(ObjectBuilder::new().schema_type(Type::String)),
         ),
@@ -464,5 +468,17 @@ mod tests {
             json!(["message", "type", "param", "code"])
         );
         assert_eq!(s["DetokenizeRequest"]["required"], json!(["tokens"]));
+        // Bodies: nullable fields that are always written are required.
+        assert_eq!(
+            s["CompletionChoice"]["required"],
+            json!([
+                "index",
+                "text",
+                "logprobs",
+                "finish_reason",
+                "stop_reason",
+                "prompt_logprobs"
+            ])
+        );
     }
 }

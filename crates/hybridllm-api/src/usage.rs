@@ -1,6 +1,8 @@
 //! Pieces every response body repeats: ids, timestamps and `usage`.
 use crate::engine_io::PromptInfo;
+use serde::Serialize;
 use serde_json::{json, Value};
+use utoipa::ToSchema;
 
 pub fn now() -> i64 {
     std::time::SystemTime::now()
@@ -12,6 +14,21 @@ pub fn now() -> i64 {
 /// `<prefix>-<32 hex>`, e.g. `chatcmpl-0123…`.
 pub fn new_id(prefix: &str) -> String {
     format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// `usage` of chat completions and completions.
+#[derive(Serialize, ToSchema)]
+pub struct CompletionUsage {
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    pub total_tokens: usize,
+    pub prompt_tokens_details: CachedTokens,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct CachedTokens {
+    /// Prompt tokens found in the prefix cache.
+    pub cached_tokens: u32,
 }
 
 /// Token counts for `usage`, over every prompt of the request.
@@ -40,15 +57,21 @@ impl Usage {
         self.completion_tokens += num_tokens;
     }
 
-    pub fn to_json(&self) -> Value {
+    pub fn body(&self) -> CompletionUsage {
         let prompt: usize = self.prompt_tokens.iter().sum();
         let completion = self.completion_tokens;
-        json!({
-            "prompt_tokens": prompt,
-            "completion_tokens": completion,
-            "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
-        })
+        CompletionUsage {
+            prompt_tokens: prompt,
+            completion_tokens: completion,
+            total_tokens: prompt + completion,
+            prompt_tokens_details: CachedTokens {
+                cached_tokens: self.cached_tokens,
+            },
+        }
+    }
+
+    pub fn to_json(&self) -> Value {
+        serde_json::to_value(self.body()).expect("usage serializes")
     }
 
     /// The Responses API's shape of the same counts.
