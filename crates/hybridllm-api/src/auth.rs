@@ -52,12 +52,17 @@ impl Auth {
             .fold(false, |ok, k| ct_eq(k.as_bytes(), token.as_bytes()) | ok)
     }
 
-    /// Whether a request may go on; a refusal is a 401.
-    pub fn check(&self, method: &str, path: &str, header: Option<&str>) -> Result<(), ApiError> {
-        let open = path == "/health"
+    /// A path served without a key (the OpenAPI document states these too).
+    pub fn is_open(&self, path: &str) -> bool {
+        path == "/health"
             || path == "/version"
             || (path == "/" && self.playground)
-            || (path == "/metrics" && self.metrics_no_auth);
+            || (path == "/metrics" && self.metrics_no_auth)
+    }
+
+    /// Whether a request may go on; a refusal is a 401.
+    pub fn check(&self, method: &str, path: &str, header: Option<&str>) -> Result<(), ApiError> {
+        let open = self.is_open(path);
         if self.keys.is_empty() || method == "OPTIONS" || open || self.key_ok(header) {
             Ok(())
         } else {

@@ -3,6 +3,7 @@
 //! attributes), the numeric bounds from the `Bound`s validation checks, and the operations
 //! listed once here. Built once; the Rust frontend serves it at `/openapi.json` and the
 //! Python fallback through `hybridllm._api.openapi_json`, so both serve the same bytes.
+use crate::auth::Auth;
 use crate::chat::{ChatCompletion, ChatRequest};
 use crate::completions::{CompletionRequest, TextCompletion};
 use crate::embeddings::{Body as EmbeddingList, EmbeddingRequest};
@@ -47,8 +48,6 @@ struct Op {
     answer_says: &'static str,
     /// The error statuses it may answer (their bodies are `ErrorResponse`).
     errors: &'static [u16],
-    /// Served without the API key.
-    open: bool,
 }
 
 /// What a refusal of each status means.
@@ -76,62 +75,60 @@ const OPS: &[Op] = &[
          summary: "Chat completion (streamed with stream: true)",
          body: Some("ChatCompletionRequest"), answer: Answer::JsonOrEvents(Some("ChatCompletion")),
          answer_says: "A chat.completion object, or chat.completion.chunk events",
-         errors: GENERATE, open: false },
+         errors: GENERATE },
     Op { method: HttpMethod::Post, path: "/v1/completions", id: "createCompletion",
          summary: "Text completion (streamed with stream: true)",
          body: Some("CompletionRequest"), answer: Answer::JsonOrEvents(Some("TextCompletion")),
          answer_says: "A text_completion object, or its chunk events",
-         errors: GENERATE, open: false },
+         errors: GENERATE },
     Op { method: HttpMethod::Post, path: "/v1/embeddings", id: "createEmbedding",
          summary: "Embeddings (embedding models)",
          body: Some("EmbeddingRequest"), answer: Answer::Json(Some("EmbeddingList")),
-         answer_says: "A list of embedding objects", errors: GENERATE, open: false },
+         answer_says: "A list of embedding objects", errors: GENERATE },
     Op { method: HttpMethod::Post, path: "/v1/responses", id: "createResponse",
          summary: "A model response (Responses API; named events with stream: true)",
          body: Some("ResponsesRequest"), answer: Answer::JsonOrEvents(None),
-         answer_says: "A response object, or its named events", errors: GENERATE, open: false },
+         answer_says: "A response object, or its named events", errors: GENERATE },
     Op { method: HttpMethod::Get, path: "/v1/responses/{response_id}", id: "getResponse",
          summary: "A stored response", body: None, answer: Answer::Json(None),
-         answer_says: "The response object", errors: STORED, open: false },
+         answer_says: "The response object", errors: STORED },
     Op { method: HttpMethod::Delete, path: "/v1/responses/{response_id}", id: "deleteResponse",
          summary: "Delete a stored response", body: None, answer: Answer::Json(None),
-         answer_says: "{id, object: response, deleted: true}", errors: STORED, open: false },
+         answer_says: "{id, object: response, deleted: true}", errors: STORED },
     Op { method: HttpMethod::Get, path: "/v1/responses/{response_id}/input_items",
          id: "listInputItems", summary: "A stored response's own input items", body: None,
          answer: Answer::Json(None), answer_says: "A list of input items",
-         errors: &[400, 401, 404], open: false },
+         errors: &[400, 401, 404] },
     Op { method: HttpMethod::Get, path: "/v1/models", id: "listModels",
          summary: "The served model", body: None, answer: Answer::Json(None),
-         answer_says: "A list of models", errors: KEY, open: false },
+         answer_says: "A list of models", errors: KEY },
     Op { method: HttpMethod::Get, path: "/health", id: "health",
          summary: "200 when the engine serves", body: None, answer: Answer::Empty,
-         answer_says: "Healthy", errors: &[], open: true },
+         answer_says: "Healthy", errors: &[] },
     Op { method: HttpMethod::Get, path: "/version", id: "version", summary: "Server version",
-         body: None, answer: Answer::Json(None), answer_says: "{version}", errors: &[],
-         open: true },
+         body: None, answer: Answer::Json(None), answer_says: "{version}", errors: &[] },
     Op { method: HttpMethod::Get, path: "/openapi.json", id: "openapi", summary: "This document",
-         body: None, answer: Answer::Json(None), answer_says: "OpenAPI 3.1", errors: KEY,
-         open: false },
+         body: None, answer: Answer::Json(None), answer_says: "OpenAPI 3.1", errors: KEY },
     Op { method: HttpMethod::Get, path: "/", id: "playground",
          summary: "The web playground (no key needed to load it; absent with \
                    --disable-playground)",
          body: None, answer: Answer::Text("text/html"), answer_says: "An HTML page",
-         errors: &[], open: true },
+         errors: &[] },
     Op { method: HttpMethod::Get, path: "/metrics", id: "metrics", summary: "Prometheus metrics",
          body: None, answer: Answer::Text("text/plain"), answer_says: "Prometheus text format",
-         errors: KEY, open: false },
+         errors: KEY },
     Op { method: HttpMethod::Post, path: "/tokenize", id: "tokenize",
          summary: "Token ids of a prompt or chat", body: Some("TokenizeRequest"),
          answer: Answer::Json(Some("TokenizeResponse")), answer_says: "The token ids",
-         errors: TOKENS, open: false },
+         errors: TOKENS },
     Op { method: HttpMethod::Post, path: "/detokenize", id: "detokenize",
          summary: "Text of token ids", body: Some("DetokenizeRequest"),
          answer: Answer::Json(Some("DetokenizeResponse")), answer_says: "The text",
-         errors: TOKENS, open: false },
+         errors: TOKENS },
     Op { method: HttpMethod::Get, path: "/tokenizer_info", id: "tokenizerInfo",
          summary: "The tokenizer's configuration (vLLM's /tokenizer_info)", body: None,
          answer: Answer::Json(None), answer_says: "tokenizer_config.json with the chat template",
-         errors: KEY, open: false },
+         errors: KEY },
 ];
 
 /// The document as JSON text, built on first use.
@@ -183,7 +180,8 @@ fn operation(op: &Op) -> utoipa::openapi::path::Operation {
     let mut b = OperationBuilder::new()
         .operation_id(Some(op.id))
         .summary(Some(op.summary));
-    if op.open {
+    // Open as the default serve options leave it (the playground on, /metrics keyed).
+    if Auth::new(vec![], false, true).is_open(op.path) {
         b = b.securities(Some(Vec::<SecurityRequirement>::new()));
     }
     if let Some(name) = op.body {
@@ -400,7 +398,18 @@ mod tests {
             })
             .collect();
         assert_eq!(ops.len(), OPS.len());
-        let open: Vec<&str> = OPS.iter().filter(|o| o.open).map(|o| o.path).collect();
+        let open: Vec<&String> = d["paths"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter(|(_, item)| {
+                item.as_object()
+                    .unwrap()
+                    .values()
+                    .all(|op| op["security"] == json!([]))
+            })
+            .map(|(p, _)| p)
+            .collect();
         assert_eq!(open, ["/health", "/version", "/"]);
         assert_eq!(d["paths"]["/health"]["get"]["security"], json!([]));
         assert_eq!(d["security"], json!([{"bearer": []}]));
