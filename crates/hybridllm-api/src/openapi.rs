@@ -1,8 +1,10 @@
-//! The OpenAPI 3.1 document of every route both shells serve: the request and error schemas
-//! derived from the core's own types (utoipa's `ToSchema`, which reads their serde
-//! attributes), the numeric bounds from the `Bound`s validation checks, and the operations
-//! listed once here. Built once; the Rust frontend serves it at `/openapi.json` and the
-//! Python fallback through `hybridllm._api.openapi_json`, so both serve the same bytes.
+//! The OpenAPI 3.1 document of every route both shells serve: the schemas of the requests and
+//! of the bodies written from structs (errors, completions, embeddings, tokenize) derived
+//! from the core's own types (utoipa's `ToSchema`, which reads their serde attributes), the
+//! numeric bounds from the `Bound`s validation checks, the open paths from `Auth`, and the
+//! operations listed once here. Built once; the Rust frontend serves it at `/openapi.json`
+//! and the Python fallback through `hybridllm._api.openapi_json`, so both serve the same
+//! bytes.
 use crate::auth::Auth;
 use crate::chat::{ChatCompletion, ChatRequest};
 use crate::completions::{CompletionRequest, TextCompletion};
@@ -225,7 +227,8 @@ fn operation(op: &Op) -> utoipa::openapi::path::Operation {
         let says = ERRORS
             .iter()
             .find(|(s, _)| s == status)
-            .map_or("", |(_, says)| says);
+            .map(|(_, says)| *says)
+            .expect("every error status is in ERRORS");
         b = b.response(
             status.to_string(),
             ResponseBuilder::new()
