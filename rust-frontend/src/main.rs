@@ -64,6 +64,14 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    hybridllm_api::request::log_unknown_fields_with(|schema, field| {
+        tracing::warn!(
+            schema,
+            field,
+            "{}",
+            hybridllm_api::request::ignored_field_message(field)
+        )
+    });
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(cli.serve.runtime_threads())
         .enable_all()

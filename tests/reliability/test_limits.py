@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -184,3 +185,17 @@ def test_prompt_over_the_context_names_both_numbers(limited: Server) -> None:
         400, "This model's maximum context length is 512 tokens. However, you requested 600 "
              "tokens in the messages, Please reduce the length of the messages."))
     assert_serving(limited)
+
+
+def test_unknown_fields_are_ignored_and_logged_once(limited: Server) -> None:
+    """As vLLM: a field no request type knows is ignored (200) and logged, once per name."""
+    body = {"messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 2, "zz_unknown_field": {"x": 1}}
+    for _ in range(3):
+        r = httpx.post(limited.url + "/v1/chat/completions", json=body, headers=AUTH)
+        assert r.status_code == 200, r.text
+    message = 'request field "zz_unknown_field" is not known to this server and was ignored'
+    deadline = time.monotonic() + 5
+    while limited.output().count(message) == 0 and time.monotonic() < deadline:
+        time.sleep(0.1)  # the log is written by another process
+    assert limited.output().count(message) == 1, limited.output()[-2000:]

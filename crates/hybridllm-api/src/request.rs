@@ -7,6 +7,8 @@ use crate::validation::Bound;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{Map, Value};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::{Mutex, OnceLock};
 use utoipa::ToSchema;
 
 #[derive(Debug, Default, ToSchema)]
@@ -131,7 +133,7 @@ pub const COMPLETION_UNHONOURED: &[&[Unhonoured]] =
     &[OUTPUT_CONSTRAINTS, COMPLETION_ONLY, VLLM_EXTENSIONS];
 
 /// A request body: a JSON object. Its error names the first mistyped field in body order.
-pub trait RequestBody: DeserializeOwned {
+pub trait RequestBody: DeserializeOwned + ToSchema {
     /// Readers of the `#[serde(flatten)]`ed groups, whose errors serde reports without a path.
     const GROUPS: &'static [FieldError] = &[];
     /// The documented fields it refuses (see `Unhonoured`), in groups.
@@ -165,6 +167,81 @@ fn check_unhonoured(groups: &[&[Unhonoured]], fields: &Map<String, Value>) -> Re
     Ok(())
 }
 
+/// Where fields that no request type knows are reported: like vLLM, the server ignores them
+/// and logs each one once (per request schema and name). A shell sets its logger at start-up;
+/// it is called with the schema's name and the field's.
+static UNKNOWN_FIELD_LOG: OnceLock<fn(&str, &str)> = OnceLock::new();
+
+/// What both shells log for such a field.
+pub fn ignored_field_message(field: &str) -> String {
+    format!("request field {field:?} is not known to this server and was ignored (logged once)")
+}
+
+pub fn log_unknown_fields_with(log: fn(&str, &str)) {
+    let _ = UNKNOWN_FIELD_LOG.set(log);
+}
+
+/// The top-level field names `T`'s schema accepts: its properties and those of the schemas it
+/// is made of (`#[serde(flatten)]` makes an `allOf` of them), worked out once per type.
+fn known_fields<T: ToSchema>() -> &'static HashSet<String> {
+    static KNOWN: Mutex<BTreeMap<String, &'static HashSet<String>>> = Mutex::new(BTreeMap::new());
+    let mut known = KNOWN.lock().unwrap_or_else(|p| p.into_inner());
+    known.entry(T::name().into_owned()).or_insert_with(|| {
+        let mut parts = vec![];
+        T::schemas(&mut parts);
+        fn json<S: serde::Serialize>(s: &S) -> Value {
+            serde_json::to_value(s).unwrap_or_default()
+        }
+        let parts: BTreeMap<String, Value> =
+            parts.iter().map(|(n, s)| (n.clone(), json(s))).collect();
+        fn collect(parts: &BTreeMap<String, Value>, s: &Value, out: &mut HashSet<String>) {
+            if let Some(r) = s["$ref"].as_str() {
+                let name = r.trim_start_matches("#/components/schemas/");
+                if let Some(part) = parts.get(name) {
+                    collect(parts, part, out);
+                }
+                return;
+            }
+            let props = s["properties"].as_object().into_iter().flatten();
+            out.extend(props.map(|(k, _)| k.clone()));
+            for part in s["allOf"].as_array().into_iter().flatten() {
+                collect(parts, part, out);
+            }
+        }
+        let mut out = HashSet::new();
+        collect(&parts, &json(&T::schema()), &mut out);
+        Box::leak(Box::new(out))
+    })
+}
+
+/// The body's fields that neither `T`'s schema nor its refused list names, each reported the
+/// first time it is seen.
+fn report_unknown<T: RequestBody>(fields: &Map<String, Value>) {
+    let Some(log) = UNKNOWN_FIELD_LOG.get() else {
+        return;
+    };
+    static SEEN: Mutex<BTreeSet<(String, String)>> = Mutex::new(BTreeSet::new());
+    let schema = T::name();
+    let known = known_fields::<T>();
+    let refused = |k: &str| {
+        T::UNHONOURED
+            .iter()
+            .copied()
+            .flatten()
+            .any(|u| u.field == k)
+    };
+    for k in fields.keys() {
+        if known.contains(k) || refused(k) {
+            continue;
+        }
+        let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
+        if seen.insert((schema.to_string(), k.clone())) {
+            drop(seen);
+            log(&schema, k);
+        }
+    }
+}
+
 /// The body (already within the size limit) as the typed request.
 pub fn parse_body<T: RequestBody>(bytes: &[u8]) -> Result<T, ApiError> {
     let value: Value = serde_json::from_slice(bytes)
@@ -177,6 +254,7 @@ pub fn parse_body<T: RequestBody>(bytes: &[u8]) -> Result<T, ApiError> {
     let (path, inner) = match serde_path_to_error::deserialize(&value) {
         Ok(v) => {
             check_unhonoured(T::UNHONOURED, fields)?;
+            report_unknown::<T>(fields);
             return Ok(v);
         }
         Err(e) => (e.path().to_string(), e.into_inner().to_string()),
@@ -204,7 +282,7 @@ pub fn parse_body<T: RequestBody>(bytes: &[u8]) -> Result<T, ApiError> {
 mod tests {
     use super::*;
 
-    #[derive(Debug, Deserialize)]
+    #[derive(Debug, Deserialize, ToSchema)]
     struct Req {
         #[allow(dead_code)]
         n: Option<i64>,
@@ -257,6 +335,28 @@ mod tests {
             r#"{"user": "u", "metadata": {"a": "b"}, "unknown_field": 1}"#,
         ] {
             assert!(parse_body::<Req>(body.as_bytes()).is_ok(), "{body}");
+        }
+    }
+
+    static LOGGED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+    #[test]
+    fn unknown_fields_are_logged_once_known_and_refused_ones_never() {
+        log_unknown_fields_with(|schema, field| {
+            LOGGED.lock().unwrap().push(format!("{schema}.{field}"))
+        });
+        let body = br#"{"messages": [], "temperature": 0.5, "chat_template_kwargs": {},
+                        "tools": [], "no_such_field_x": 1, "no_such_field_y": 2}"#;
+        for _ in 0..3 {
+            parse_body::<crate::chat::ChatRequest>(body).unwrap();
+        }
+        let logged: Vec<String> = LOGGED.lock().unwrap().clone();
+        let mine = |f: &str| logged.iter().filter(|l| l.ends_with(f)).count();
+        assert_eq!(mine(".no_such_field_x"), 1, "{logged:?}");
+        assert_eq!(mine(".no_such_field_y"), 1, "{logged:?}");
+        assert!(logged.contains(&"ChatCompletionRequest.no_such_field_x".to_string()));
+        for known in ["messages", "temperature", "chat_template_kwargs", "tools"] {
+            assert_eq!(mine(&format!(".{known}")), 0, "{known}: {logged:?}");
         }
     }
 }

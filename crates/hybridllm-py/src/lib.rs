@@ -1276,6 +1276,19 @@ impl Cors {
 
 #[pymodule]
 fn _api(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // Unknown request fields go to the fallback frontend's logger, as the Rust frontend's.
+    hybridllm_api::request::log_unknown_fields_with(|schema, field| {
+        Python::attach(|py| {
+            let msg = hybridllm_api::request::ignored_field_message(field);
+            let logged = py
+                .import("logging")
+                .and_then(|l| l.call_method1("getLogger", ("hybridllm.frontend",)))
+                .and_then(|l| l.call_method1("warning", ("%s (%s)", msg, schema)));
+            if let Err(e) = logged {
+                e.print(py); // a logging failure must not fail the request
+            }
+        })
+    });
     m.add_function(wrap_pyfunction!(check_headers, m)?)?;
     m.add_function(wrap_pyfunction!(check_json_content_type, m)?)?;
     m.add_function(wrap_pyfunction!(check_body_size, m)?)?;
