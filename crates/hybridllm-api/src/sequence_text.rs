@@ -14,6 +14,9 @@ pub enum EngineFinish {
     Stop,
     Length,
     Abort,
+    /// The engine failed it: the shell ends the request with the engine's error message
+    /// rather than pushing this here.
+    Error,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -1,16 +1,16 @@
-//! The worker's responses as the core's text events (`hybridllm_api::text_deltas`): protobuf
-//! converted at the engine client, the engine's errors ended here, and the queue time, time
-//! to first token, time between tokens and finish reasons observed as metrics.
-use crate::engine_client::pb::{self, FinishReason};
+//! The engine's steps as the core's text events (`hybridllm_api::text_deltas`): the engine's
+//! errors ended here, and the queue time, time to first token, time between tokens and finish
+//! reasons observed as metrics.
 use crate::errors::ApiError;
 use crate::state::AppState;
+use hybridllm_api::engine_io::{EngineFinish, EngineStep};
 pub use hybridllm_api::text_deltas::GenEvent;
 use hybridllm_api::text_deltas::TextDeltas;
 use hybridllm_api::validation::GenParams;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// One request's events, response by response.
+/// One request's events, step by step.
 pub struct EngineEvents {
     state: Arc<AppState>,
     deltas: TextDeltas,
@@ -39,12 +39,12 @@ impl EngineEvents {
         self.deltas.all_finished()
     }
 
-    /// The events of one engine response; an error ends the request.
-    pub fn process(&mut self, resp: pb::GenerateResponse) -> Result<Vec<GenEvent>, ApiError> {
+    /// The events of one engine step; an error ends the request.
+    pub fn process(&mut self, resp: EngineStep) -> Result<Vec<GenEvent>, ApiError> {
         let mut events = vec![];
         if let Some(p) = resp.prompt {
             self.state.metrics.queue_time.observe(p.queue_time_s as f64);
-            events.push(GenEvent::Prompt(p.into()));
+            events.push(GenEvent::Prompt(p));
         }
         let now = Instant::now();
         if resp.sequences.iter().any(|d| !d.token_ids.is_empty()) {
@@ -62,14 +62,11 @@ impl EngineEvents {
             if self.deltas.finished(d.index) == Some(true) {
                 continue;
             }
-            if FinishReason::try_from(d.finish_reason) == Ok(FinishReason::Error) {
-                return Err(ApiError::Internal(if resp.error.is_empty() {
-                    "engine error".into()
-                } else {
-                    resp.error.clone()
-                }));
+            if d.finish == EngineFinish::Error {
+                let error = resp.error.as_deref().unwrap_or("engine error");
+                return Err(ApiError::Internal(error.into()));
             }
-            let Some(out) = self.deltas.push(d.into())? else {
+            let Some(out) = self.deltas.push(d)? else {
                 continue;
             };
             if let Some(f) = &out.finish {
