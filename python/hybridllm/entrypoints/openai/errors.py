@@ -40,10 +40,10 @@ def internal(message: str) -> ApiError:
     return ApiError(500, message)
 
 
-def from_engine(code: str, message: str) -> ApiError:
-    """Maps a gRPC status code name (e.g. "INVALID_ARGUMENT") like errors.rs's from_status."""
+def from_engine(code: str, message: str, param: str | None = None) -> ApiError:
+    """Maps a gRPC status code name (e.g. "INVALID_ARGUMENT") like the core's EngineError."""
     if code in ("INVALID_ARGUMENT", "OUT_OF_RANGE", "FAILED_PRECONDITION"):
-        return bad(message)
+        return bad(message, param)
     if code == "NOT_FOUND":
         return ApiError(404, message)
     if code == "RESOURCE_EXHAUSTED":  # the worker's admission control

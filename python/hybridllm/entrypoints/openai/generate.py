@@ -83,7 +83,7 @@ class GenStream:
         except StopAsyncIteration:
             raise internal(ended) from None
         except EngineCallError as e:
-            raise from_engine(e.code, e.message) from None
+            raise from_engine(e.code, e.message, e.param) from None
 
     def _process(self, resp: pb.GenerateResponse) -> list[Event]:
         st, tok = self.state, self.state.tokenizer

@@ -39,7 +39,7 @@ async def embeddings(request: Request) -> Response:
     try:
         reply = await unless_disconnected(request, state.engine.embed(embed))
     except EngineCallError as e:
-        raise from_engine(e.code, e.message) from None
+        raise from_engine(e.code, e.message, e.param) from None
     except ClientDisconnected:
         return Response(status_code=499)  # nobody is left to read it
     return Response(resp.body([list(e.values) for e in reply.embeddings]),
