@@ -4,6 +4,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# Top logprobs per token, at most (the API's limit too: validation.rs's MAX_LOGPROBS).
+MAX_LOGPROBS = 20
+
+
+class ParamError(ValueError):
+    """A request refused for one of its fields; `param` names it (the worker sends it on as
+    RequestError.param, the frontends as the OpenAI error's `param`)."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+def _check(ok: bool, param: str, message: str) -> None:
+    if not ok:
+        raise ParamError(param, message)
+
 
 @dataclass
 class SamplingParams:
@@ -47,60 +64,37 @@ class SamplingParams:
         self._validate()
 
     def _validate(self) -> None:
-        def check(ok: bool, message: str) -> None:
-            if not ok:
-                raise ValueError(message)
-
-        check(isinstance(self.n, int) and self.n >= 1, f"n must be at least 1, got {self.n}.")
-        check(
-            0.0 <= self.temperature,
-            f"temperature must be non-negative, got {self.temperature}.",
-        )
-        check(0.0 < self.top_p <= 1.0, f"top_p must be in (0, 1], got {self.top_p}.")
-        check(
-            self.top_k == -1 or self.top_k >= 1,
-            f"top_k must be -1 (disable), or at least 1, got {self.top_k}.",
-        )
-        check(0.0 <= self.min_p <= 1.0, f"min_p must be in [0, 1], got {self.min_p}.")
-        check(
-            -2.0 <= self.presence_penalty <= 2.0,
-            f"presence_penalty must be in [-2, 2], got {self.presence_penalty}.",
-        )
-        check(
-            -2.0 <= self.frequency_penalty <= 2.0,
-            f"frequency_penalty must be in [-2, 2], got {self.frequency_penalty}.",
-        )
-        check(
-            0.0 < self.repetition_penalty <= 2.0,
-            f"repetition_penalty must be in (0, 2], got {self.repetition_penalty}.",
-        )
-        check(
-            self.max_tokens is None or self.max_tokens >= 1,
-            f"max_tokens must be at least 1, got {self.max_tokens}.",
-        )
-        check(self.min_tokens >= 0, f"min_tokens must be non-negative, got {self.min_tokens}.")
-        check(
-            self.max_tokens is None or self.min_tokens <= self.max_tokens,
-            f"min_tokens must be less than or equal to max_tokens={self.max_tokens}, "
-            f"got {self.min_tokens}.",
-        )
+        """The offline engine's own guards. Where the API (the core's validation.rs) checks the
+        same rule, the message is the API's; the API is narrower where vLLM's offline
+        SamplingParams allows more, and so is this: n has no upper bound, temperature none
+        above 0 (the API allows [1, 128] and [0, 2])."""
+        _check(isinstance(self.n, int) and self.n >= 1, "n", f"n must be at least 1, got {self.n}.")
+        _check(0.0 <= self.temperature, "temperature",
+               f"temperature must be non-negative, got {self.temperature}.")
+        _check(0.0 < self.top_p <= 1.0, "top_p", f"top_p must be in (0, 1], got {self.top_p}.")
+        _check(self.top_k == -1 or self.top_k >= 1, "top_k",
+               f"top_k must be -1 (disable), or at least 1, got {self.top_k}.")
+        _check(0.0 <= self.min_p <= 1.0, "min_p", f"min_p must be in [0, 1], got {self.min_p}.")
+        for name in ("presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            _check(-2.0 <= value <= 2.0, name, f"{name} must be in [-2, 2], got {value}.")
+        _check(0.0 < self.repetition_penalty <= 2.0, "repetition_penalty",
+               f"repetition_penalty must be in (0, 2], got {self.repetition_penalty}.")
+        _check(self.max_tokens is None or self.max_tokens >= 1, "max_tokens",
+               f"max_tokens must be at least 1, got {self.max_tokens}.")
+        most = self.min_tokens if self.max_tokens is None else self.max_tokens
+        _check(0 <= self.min_tokens <= most, "min_tokens",
+               f"min_tokens must be in [0, max_tokens], got {self.min_tokens}.")
         for name in ("logprobs", "prompt_logprobs"):
             value = getattr(self, name)
-            check(
-                value is None or 0 <= value <= 20,
-                f"{name} must be in [0, 20], got {value}.",
-            )
-        check(
-            all(t >= 0 for t in self.stop_token_ids),
-            "stop_token_ids must be non-negative token ids.",
-        )
-        check(all(s for s in self.stop), "stop strings must not be empty.")
-        if self.logit_bias:
-            for token, bias in self.logit_bias.items():
-                check(
-                    -100.0 <= bias <= 100.0,
-                    f"logit_bias for token {token} must be in [-100, 100], got {bias}.",
-                )
+            _check(value is None or 0 <= value <= MAX_LOGPROBS, name,
+                   f"{name} must be in [0, {MAX_LOGPROBS}], got {value}.")
+        _check(all(t >= 0 for t in self.stop_token_ids), "stop_token_ids",
+               "stop_token_ids must be non-negative token ids.")
+        _check(all(s for s in self.stop), "stop", "stop strings must not be empty.")
+        for bias in (self.logit_bias or {}).values():
+            _check(-100.0 <= bias <= 100.0, "logit_bias",
+                   f"logit_bias values must be in [-100, 100], got {bias}.")
 
     @property
     def greedy(self) -> bool:
@@ -138,24 +132,12 @@ class BeamSearchParams:
     early_stopping: bool | str = False
 
     def __post_init__(self) -> None:
-        def check(ok: bool, message: str) -> None:
-            if not ok:
-                raise ValueError(message)
-
-        check(
-            isinstance(self.beam_width, int) and self.beam_width >= 1,
-            f"beam_width must be at least 1, got {self.beam_width}.",
-        )
-        check(
-            isinstance(self.max_tokens, int) and self.max_tokens >= 1,
-            f"max_tokens must be at least 1, got {self.max_tokens}.",
-        )
+        _check(isinstance(self.beam_width, int) and self.beam_width >= 1, "beam_width",
+               f"beam_width must be at least 1, got {self.beam_width}.")
+        _check(isinstance(self.max_tokens, int) and self.max_tokens >= 1, "max_tokens",
+               f"max_tokens must be at least 1, got {self.max_tokens}.")
         # Beam search is deterministic here: scores are the model's own logprobs.
-        check(
-            self.temperature == 0.0,
-            f"temperature must be 0 for beam search, got {self.temperature}.",
-        )
-        check(
-            self.early_stopping in (True, False, "never"),
-            f'early_stopping must be True, False or "never", got {self.early_stopping!r}.',
-        )
+        _check(self.temperature == 0.0, "temperature",
+               f"temperature must be 0 for beam search, got {self.temperature}.")
+        _check(self.early_stopping in (True, False, "never"), "early_stopping",
+               f'early_stopping must be True, False or "never", got {self.early_stopping!r}.')

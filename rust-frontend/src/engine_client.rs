@@ -1,6 +1,14 @@
-//! The gRPC client of the engine worker, over a unix socket or TCP.
+//! The gRPC client of the engine worker, over a unix socket or TCP, and the one place where
+//! the core's engine types (`hybridllm_api::engine_io`, `sampling`) become protobuf and the
+//! worker's messages and statuses become them.
+use hybridllm_api::engine_io::{
+    EmbedRequest, EngineError, EngineFinish, EngineStep, GenerateRequest, PositionLogprobs,
+    PromptInfo, SequenceDelta, TokenLogprob,
+};
+use hybridllm_api::sampling::{BeamSearchParams, SamplingParams};
 use std::time::Duration;
 use tonic::transport::{Channel, Endpoint};
+use tonic::Code;
 
 pub mod pb {
     tonic::include_proto!("hybridllm.engine.v1");
@@ -53,9 +61,41 @@ pub async fn model_info(client: &EngineClient, timeout: Duration) -> anyhow::Res
     }
 }
 
-// The core's validated parameters on the wire: the one place they become protobuf.
-impl From<hybridllm_api::sampling::SamplingParams> for pb::SamplingParams {
-    fn from(p: hybridllm_api::sampling::SamplingParams) -> Self {
+/// Whether the worker answers Health with SERVING within `timeout`.
+pub async fn serving(client: &EngineClient, timeout: Duration) -> bool {
+    let mut client = client.clone();
+    let call = client.health(pb::HealthRequest {});
+    matches!(tokio::time::timeout(timeout, call).await,
+        Ok(Ok(r)) if r.get_ref().status == pb::health_response::Status::Serving as i32)
+}
+
+impl From<GenerateRequest> for pb::GenerateRequest {
+    fn from(r: GenerateRequest) -> Self {
+        pb::GenerateRequest {
+            request_id: r.request_id,
+            prompt_token_ids: r.prompt_ids,
+            sampling_params: Some(r.sampling.into()),
+            beam_search: r.beam.map(Into::into),
+        }
+    }
+}
+
+impl From<EmbedRequest> for pb::EmbedRequest {
+    fn from(r: EmbedRequest) -> Self {
+        pb::EmbedRequest {
+            request_id: r.request_id,
+            inputs: r
+                .inputs
+                .into_iter()
+                .map(|token_ids| pb::EmbedInput { token_ids })
+                .collect(),
+            normalize: r.normalize,
+        }
+    }
+}
+
+impl From<SamplingParams> for pb::SamplingParams {
+    fn from(p: SamplingParams) -> Self {
         pb::SamplingParams {
             n: p.n,
             temperature: p.temperature,
@@ -77,8 +117,8 @@ impl From<hybridllm_api::sampling::SamplingParams> for pb::SamplingParams {
     }
 }
 
-impl From<hybridllm_api::sampling::BeamSearchParams> for pb::BeamSearchParams {
-    fn from(p: hybridllm_api::sampling::BeamSearchParams) -> Self {
+impl From<BeamSearchParams> for pb::BeamSearchParams {
+    fn from(p: BeamSearchParams) -> Self {
         pb::BeamSearchParams {
             beam_width: p.beam_width,
             max_tokens: p.max_tokens,
@@ -90,9 +130,9 @@ impl From<hybridllm_api::sampling::BeamSearchParams> for pb::BeamSearchParams {
 }
 
 // What the worker reports, into the core's types.
-impl From<pb::TokenLogprob> for hybridllm_api::engine_io::TokenLogprob {
+impl From<pb::TokenLogprob> for TokenLogprob {
     fn from(t: pb::TokenLogprob) -> Self {
-        hybridllm_api::engine_io::TokenLogprob {
+        TokenLogprob {
             token_id: t.token_id,
             logprob: t.logprob,
             rank: t.rank,
@@ -100,18 +140,18 @@ impl From<pb::TokenLogprob> for hybridllm_api::engine_io::TokenLogprob {
     }
 }
 
-impl From<pb::PositionLogprobs> for hybridllm_api::engine_io::PositionLogprobs {
+impl From<pb::PositionLogprobs> for PositionLogprobs {
     fn from(p: pb::PositionLogprobs) -> Self {
-        hybridllm_api::engine_io::PositionLogprobs {
+        PositionLogprobs {
             token: p.token.map(Into::into),
             top: p.top.into_iter().map(Into::into).collect(),
         }
     }
 }
 
-impl From<pb::PromptInfo> for hybridllm_api::engine_io::PromptInfo {
+impl From<pb::PromptInfo> for PromptInfo {
     fn from(p: pb::PromptInfo) -> Self {
-        hybridllm_api::engine_io::PromptInfo {
+        PromptInfo {
             prompt_tokens: p.prompt_tokens,
             cached_tokens: p.cached_tokens,
             prompt_logprobs: p.prompt_logprobs.into_iter().map(Into::into).collect(),
@@ -120,9 +160,8 @@ impl From<pb::PromptInfo> for hybridllm_api::engine_io::PromptInfo {
     }
 }
 
-impl From<pb::SequenceDelta> for hybridllm_api::engine_io::SequenceDelta {
+impl From<pb::SequenceDelta> for SequenceDelta {
     fn from(d: pb::SequenceDelta) -> Self {
-        use hybridllm_api::engine_io::EngineFinish;
         let finish = match pb::FinishReason::try_from(d.finish_reason) {
             Ok(pb::FinishReason::Unspecified) | Err(_) => EngineFinish::Running,
             Ok(pb::FinishReason::Length) => EngineFinish::Length,
@@ -130,7 +169,7 @@ impl From<pb::SequenceDelta> for hybridllm_api::engine_io::SequenceDelta {
             Ok(pb::FinishReason::Stop) => EngineFinish::Stop,
             Ok(pb::FinishReason::Error) => EngineFinish::Error,
         };
-        hybridllm_api::engine_io::SequenceDelta {
+        SequenceDelta {
             index: d.index,
             token_ids: d.token_ids,
             logprobs: d.logprobs.into_iter().map(Into::into).collect(),
@@ -140,14 +179,35 @@ impl From<pb::SequenceDelta> for hybridllm_api::engine_io::SequenceDelta {
     }
 }
 
-impl From<pb::GenerateResponse> for hybridllm_api::engine_io::EngineStep {
+/// A response that is not a refusal (the mux turns those into errors first).
+impl From<pb::GenerateResponse> for EngineStep {
     fn from(r: pb::GenerateResponse) -> Self {
-        hybridllm_api::engine_io::EngineStep {
+        EngineStep {
             prompt: r.prompt.map(Into::into),
             sequences: r.sequences.into_iter().map(Into::into).collect(),
-            error: r.error,
+            error: (!r.error.is_empty()).then_some(r.error),
+            finished: r.finished,
         }
     }
+}
+
+/// The worker's refusal of a request (its `rejected`).
+impl From<pb::RequestError> for EngineError {
+    fn from(e: pb::RequestError) -> Self {
+        let param = (!e.param.is_empty()).then_some(e.param);
+        engine_error(Code::from(e.code), e.message, param, false)
+    }
+}
+
+/// A failed call. A status made here from a transport error (the worker's connection dropped
+/// mid-stream, as when it is killed) carries its source; one sent by the worker does not.
+pub fn from_status(s: tonic::Status) -> EngineError {
+    let lost = std::error::Error::source(&s).is_some();
+    engine_error(s.code(), s.message().to_string(), None, lost)
+}
+
+fn engine_error(code: Code, message: String, param: Option<String>, lost: bool) -> EngineError {
+    EngineError::from_grpc_code(code as i32, message, param, lost)
 }
 
 impl From<pb::LoadResponse> for hybridllm_api::metrics::EngineLoad {
@@ -182,5 +242,70 @@ impl From<pb::ModelInfo> for hybridllm_api::context::ModelFacts {
             lowercase_inputs: m.lowercase_inputs,
             max_num_seqs: m.max_num_seqs,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::StatusCode;
+    use axum::response::IntoResponse;
+    use hybridllm_api::errors::{ApiError, RETRY_AFTER_S};
+
+    fn api_error(s: tonic::Status) -> ApiError {
+        from_status(s).into()
+    }
+
+    #[test]
+    fn grpc_statuses() {
+        let e = api_error(tonic::Status::invalid_argument("bad ids"));
+        assert_eq!(e.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(
+            api_error(tonic::Status::unavailable("x")).status(),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        let e = api_error(tonic::Status::resource_exhausted("busy"));
+        assert_eq!(e.body()["error"]["type"], "RateLimitError");
+        let resp = crate::errors::HttpError(e).into_response();
+        assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(resp.headers()["retry-after"], RETRY_AFTER_S);
+    }
+
+    #[test]
+    fn lost_connection_is_503_worker_error_is_500() {
+        let lost = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
+        let e = api_error(tonic::Status::from_error(Box::new(lost)));
+        assert_eq!(e.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let e = api_error(tonic::Status::unknown("worker bug"));
+        assert_eq!(e.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    }
+
+    #[test]
+    fn a_refusal_names_the_field_the_worker_names() {
+        let refusal = |param: &str| pb::RequestError {
+            code: Code::InvalidArgument as i32,
+            message: "min_tokens must be in [0, max_tokens], got 9.".into(),
+            param: param.into(),
+        };
+        let e = ApiError::from(EngineError::from(refusal("min_tokens")));
+        assert_eq!(e.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(e.body()["error"]["param"], "min_tokens");
+        let e = ApiError::from(EngineError::from(refusal("")));
+        assert_eq!(e.body()["error"]["param"], serde_json::Value::Null);
+    }
+
+    #[test]
+    fn an_error_finish_stays_an_error() {
+        let step = EngineStep::from(pb::GenerateResponse {
+            error: "CUDA out of memory".into(),
+            sequences: vec![pb::SequenceDelta {
+                finish_reason: pb::FinishReason::Error as i32,
+                ..Default::default()
+            }],
+            finished: true,
+            ..Default::default()
+        });
+        assert_eq!(step.sequences[0].finish, EngineFinish::Error);
+        assert_eq!(step.error.as_deref(), Some("CUDA out of memory"));
     }
 }

@@ -8,17 +8,20 @@
 //! Each request's responses wait in a bounded buffer until its handler takes them; a stream
 //! whose client stopped reading stops being polled, and once `STREAM_BUFFER` responses are
 //! waiting the request is aborted in the worker and its stream ends with an error.
-use crate::engine::{Engine, ResponseStream};
+use crate::engine::{EmbedResult, Engine, StepStream};
 use crate::engine_client::{pb, EngineClient};
-use futures_util::Stream;
+use futures_util::future::BoxFuture;
+use futures_util::{Stream, StreamExt};
+use hybridllm_api::engine_io::{EmbedRequest, EngineError, GenerateRequest};
 use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{ready, Context, Poll};
 use tokio::sync::mpsc;
-use tonic::{Code, Status};
+use tonic::Status;
 
-type Delivery = Result<pb::GenerateResponse, Status>;
+/// A response, or the error that ends the request (a refusal, the call's end, an overflow).
+type Delivery = Result<pb::GenerateResponse, EngineError>;
 
 /// Engine responses (one per step) a request may have waiting unread; one more slot is kept
 /// for the error that ends an overflowing stream.
@@ -83,7 +86,7 @@ impl Call {
                     routes.remove(&id);
                 }
             } else {
-                let _ = route.try_send(Err(Status::cancelled(format!(
+                let _ = route.try_send(Err(EngineError::Cancelled(format!(
                     "request aborted: its client read none of its last {STREAM_BUFFER} responses"
                 ))));
                 routes.remove(&id);
@@ -97,9 +100,10 @@ impl Call {
     }
 
     fn fail(&self, status: Status) {
+        let error = crate::engine_client::from_status(status);
         let routes = self.routes.lock().unwrap().take();
         for (_, route) in routes.into_iter().flatten() {
-            let _ = route.try_send(Err(status.clone())); // the last slot is free
+            let _ = route.try_send(Err(error.clone())); // the last slot is free
         }
     }
 }
@@ -198,26 +202,26 @@ impl EngineMux {
 }
 
 impl Engine for EngineMux {
-    fn generate(&self, req: pb::GenerateRequest) -> ResponseStream {
-        Box::pin(self.submit(req))
+    fn generate(&self, req: GenerateRequest) -> StepStream {
+        Box::pin(self.submit(req.into()).map(|r| r.map(Into::into)))
     }
 
     /// On the same call as generate requests, answered by one response: a unary call per
     /// request would cost the Python worker a gRPC call each.
-    fn embed(
-        &self,
-        req: pb::EmbedRequest,
-    ) -> futures_util::future::BoxFuture<'static, crate::engine::EmbedResult> {
-        use futures_util::StreamExt;
+    fn embed(&self, req: EmbedRequest) -> BoxFuture<'static, EmbedResult> {
         let rid = req.request_id.clone();
-        let mut stream = self.send(&rid, Outgoing::Embed(Box::new(req)));
+        let mut stream = self.send(&rid, Outgoing::Embed(Box::new(req.into())));
         Box::pin(async move {
             match stream.next().await {
-                Some(resp) => resp.map(|r| r.embeddings),
-                None => Err(Status::unavailable("the engine generate stream ended")),
+                Some(resp) => resp.map(|r| r.embeddings.into_iter().map(|e| e.values).collect()),
+                None => Err(unavailable()),
             }
         })
     }
+}
+
+fn unavailable() -> EngineError {
+    EngineError::Unavailable("the engine generate stream ended".into())
 }
 
 /// One request's responses. Dropped before the engine finished it (client gone, stop
@@ -233,16 +237,15 @@ impl Stream for RequestStream {
     type Item = Delivery;
 
     /// Ends after the last response. A refused request is an error carrying the worker's
-    /// status (its `rejected` code and message).
+    /// refusal (its `rejected` code, message and param).
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Delivery>> {
         if self.finished {
             return Poll::Ready(None);
         }
-        let delivery = ready!(self.rx.poll_recv(cx))
-            .unwrap_or_else(|| Err(Status::unavailable("the engine generate stream ended")));
+        let delivery = ready!(self.rx.poll_recv(cx)).unwrap_or_else(|| Err(unavailable()));
         self.finished = delivery.as_ref().map_or(true, |resp| resp.finished);
         Poll::Ready(Some(delivery.and_then(|resp| match resp.rejected {
-            Some(e) => Err(Status::new(Code::from(e.code), e.message)),
+            Some(e) => Err(e.into()),
             None => Ok(resp),
         })))
     }

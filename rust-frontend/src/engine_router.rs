@@ -7,11 +7,12 @@
 //!
 //! A worker whose health check fails, or whose stream broke, leaves the rotation until it
 //! answers again (`watch`); requests go to the others while any is up.
-use crate::engine::{EmbedResult, Engine, ResponseStream};
-use crate::engine_client::{pb, EngineClient};
+use crate::engine::{EmbedResult, Engine, StepStream};
+use crate::engine_client::EngineClient;
 use crate::engine_mux::EngineMux;
 use futures_util::future::BoxFuture;
 use futures_util::StreamExt;
+use hybridllm_api::engine_io::{EmbedRequest, EngineError, GenerateRequest};
 use lru::LruCache;
 use prometheus::{IntCounter, IntGauge};
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -19,7 +20,6 @@ use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tonic::Code;
 
 /// Prompt tokens per hashed block (the KV cache's block size).
 const BLOCK: usize = 16;
@@ -130,15 +130,9 @@ impl EngineRouter {
     pub fn watch(self: Arc<Self>, clients: Vec<EngineClient>, every: Duration) {
         tokio::spawn(async move {
             loop {
-                let checks = clients.iter().map(|c| {
-                    let mut client = c.clone();
-                    async move {
-                        let call = client.health(pb::HealthRequest {});
-                        matches!(tokio::time::timeout(every, call).await,
-                            Ok(Ok(r)) if r.get_ref().status
-                                == pb::health_response::Status::Serving as i32)
-                    }
-                });
+                let checks = clients
+                    .iter()
+                    .map(|c| crate::engine_client::serving(c, every));
                 for (i, ok) in futures_util::future::join_all(checks)
                     .await
                     .into_iter()
@@ -190,35 +184,26 @@ impl EngineRouter {
 }
 
 impl Engine for EngineRouter {
-    fn generate(&self, req: pb::GenerateRequest) -> ResponseStream {
-        let i = self.pick(&req.prompt_token_ids);
-        let max_tokens = req
-            .sampling_params
-            .as_ref()
-            .and_then(|s| s.max_tokens)
-            .unwrap_or(0) as usize;
-        let n = req
-            .sampling_params
-            .as_ref()
-            .and_then(|s| s.n)
-            .unwrap_or(1)
-            .max(1) as usize;
-        let guard = self.reserve(i, req.prompt_token_ids.len() + n * max_tokens);
+    fn generate(&self, req: GenerateRequest) -> StepStream {
+        let i = self.pick(&req.prompt_ids);
+        let max_tokens = req.sampling.max_tokens.unwrap_or(0) as usize;
+        let n = req.sampling.n.unwrap_or(1).max(1) as usize;
+        let guard = self.reserve(i, req.prompt_ids.len() + n * max_tokens);
         let stream = self.workers[i].mux.generate(req);
         let up = self.workers[i].up.clone();
         Box::pin(stream.map(move |r| {
             let _held = &guard;
-            if matches!(&r, Err(s) if s.code() == Code::Unavailable) {
+            if matches!(&r, Err(EngineError::Unavailable(_))) {
                 up.set(0); // the stream broke: no more requests until the watcher sees it up
             }
             r
         }))
     }
 
-    fn embed(&self, req: pb::EmbedRequest) -> BoxFuture<'static, EmbedResult> {
-        let first = req.inputs.first().map_or(&[][..], |x| &x.token_ids[..]);
+    fn embed(&self, req: EmbedRequest) -> BoxFuture<'static, EmbedResult> {
+        let first = req.inputs.first().map_or(&[][..], |x| &x[..]);
         let i = self.pick(first);
-        let cost = req.inputs.iter().map(|x| x.token_ids.len()).sum();
+        let cost = req.inputs.iter().map(Vec::len).sum();
         let guard = self.reserve(i, cost);
         let fut = self.workers[i].mux.embed(req);
         Box::pin(async move {

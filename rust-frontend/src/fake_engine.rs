@@ -1,22 +1,24 @@
 //! Test support: a scripted fake engine, a word-level tokenizer built in code and an
 //! `AppState` around them, so the HTTP side runs in `cargo test` without a worker.
 use crate::config::ServeConfig;
-use crate::engine::{Engine, ResponseStream};
-use crate::engine_client::pb::{self, FinishReason};
+use crate::engine::{EmbedResult, Engine, StepStream};
 use crate::metrics::Metrics;
 use crate::openai::text_deltas::GenEvent;
 use crate::state::AppState;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
+use futures_util::future::BoxFuture;
 use futures_util::Stream;
 use hybridllm_api::context::ApiContext;
+use hybridllm_api::engine_io::{
+    EmbedRequest, EngineError, EngineFinish, EngineStep, GenerateRequest, PromptInfo, SequenceDelta,
+};
 use hybridllm_api::text::chat_template::ChatTemplate;
 use hybridllm_api::text::tokenizer::Tokenizer;
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use tonic::Status;
 use tower::ServiceExt;
 
 /// Words of the test vocabulary, id = position. `<eos>` and `<stop>` are special tokens.
@@ -65,15 +67,15 @@ pub fn tokenizer() -> Tokenizer {
 pub const TEMPLATE: &str = "{% for m in messages %}{{ m.role }}: {{ m.content }} {% endfor %}\
                             {% if add_generation_prompt %}assistant:{% endif %}";
 
-/// What the fake engine answers to one request: these responses, then (if `hang`) nothing
-/// more while the request keeps running, as a slow engine would.
+/// What the fake engine answers to one request: these steps, then (if `hang`) nothing more
+/// while the request keeps running, as a slow engine would.
 pub struct Script {
-    pub responses: Vec<Result<pb::GenerateResponse, Status>>,
+    pub responses: Vec<Result<EngineStep, EngineError>>,
     pub hang: bool,
 }
 
 impl Script {
-    pub fn new(responses: Vec<pb::GenerateResponse>) -> Self {
+    pub fn new(responses: Vec<EngineStep>) -> Self {
         Script {
             responses: responses.into_iter().map(Ok).collect(),
             hang: false,
@@ -91,8 +93,8 @@ impl Script {
 #[derive(Default)]
 pub struct FakeEngine {
     scripts: Mutex<VecDeque<Script>>,
-    pub requests: Mutex<Vec<pb::GenerateRequest>>,
-    pub embeds: Mutex<Vec<pb::EmbedRequest>>,
+    pub requests: Mutex<Vec<GenerateRequest>>,
+    pub embeds: Mutex<Vec<EmbedRequest>>,
     aborted: Arc<Mutex<Vec<String>>>,
 }
 
@@ -115,7 +117,7 @@ impl FakeEngine {
 }
 
 impl Engine for FakeEngine {
-    fn generate(&self, req: pb::GenerateRequest) -> ResponseStream {
+    fn generate(&self, req: GenerateRequest) -> StepStream {
         let script = self.scripts.lock().unwrap().pop_front();
         let script = script.expect("a script for every request");
         let stream = FakeStream {
@@ -130,16 +132,9 @@ impl Engine for FakeEngine {
     }
 
     /// Each input's vector is [its length, its first id, 0.5].
-    fn embed(
-        &self,
-        req: pb::EmbedRequest,
-    ) -> futures_util::future::BoxFuture<'static, crate::engine::EmbedResult> {
-        let embeddings = req
-            .inputs
-            .iter()
-            .map(|i| pb::Embedding {
-                values: vec![i.token_ids.len() as f32, i.token_ids[0] as f32, 0.5],
-            })
+    fn embed(&self, req: EmbedRequest) -> BoxFuture<'static, EmbedResult> {
+        let embeddings = (req.inputs.iter())
+            .map(|ids| vec![ids.len() as f32, ids[0] as f32, 0.5])
             .collect();
         self.embeds.lock().unwrap().push(req);
         Box::pin(async move { Ok(embeddings) })
@@ -148,14 +143,14 @@ impl Engine for FakeEngine {
 
 struct FakeStream {
     request_id: String,
-    responses: VecDeque<Result<pb::GenerateResponse, Status>>,
+    responses: VecDeque<Result<EngineStep, EngineError>>,
     hang: bool,
     finished: bool,
     aborted: Arc<Mutex<Vec<String>>>,
 }
 
 impl Stream for FakeStream {
-    type Item = Result<pb::GenerateResponse, Status>;
+    type Item = Result<EngineStep, EngineError>;
 
     fn poll_next(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         match self.responses.pop_front() {
@@ -180,11 +175,13 @@ impl Drop for FakeStream {
 }
 
 /// One step's output for one sequence.
-pub fn delta(index: u32, words: &[&str]) -> pb::SequenceDelta {
-    pb::SequenceDelta {
+pub fn delta(index: u32, words: &[&str]) -> SequenceDelta {
+    SequenceDelta {
         index,
         token_ids: words.iter().map(|w| id(w)).collect(),
-        ..Default::default()
+        logprobs: vec![],
+        finish: EngineFinish::Running,
+        stop_token_id: None,
     }
 }
 
@@ -192,35 +189,35 @@ pub fn delta(index: u32, words: &[&str]) -> pb::SequenceDelta {
 pub fn last_delta(
     index: u32,
     words: &[&str],
-    reason: FinishReason,
+    reason: EngineFinish,
     stop_token_id: Option<u32>,
-) -> pb::SequenceDelta {
-    pb::SequenceDelta {
-        finish_reason: reason as i32,
+) -> SequenceDelta {
+    SequenceDelta {
+        finish: reason,
         stop_token_id,
         ..delta(index, words)
     }
 }
 
-/// A response carrying these deltas; `finished` when every sequence has ended.
-pub fn response(sequences: Vec<pb::SequenceDelta>, finished: bool) -> pb::GenerateResponse {
-    pb::GenerateResponse {
+/// A step carrying these deltas; `finished` when every sequence has ended.
+pub fn response(sequences: Vec<SequenceDelta>, finished: bool) -> EngineStep {
+    EngineStep {
         sequences,
         finished,
         ..Default::default()
     }
 }
 
-/// The first response of a request: the prompt facts and the first deltas (`finished` if
-/// they end every sequence).
+/// The first step of a request: the prompt facts and the first deltas (`finished` if they
+/// end every sequence).
 pub fn first_response(
     prompt_tokens: u32,
     cached_tokens: u32,
-    sequences: Vec<pb::SequenceDelta>,
+    sequences: Vec<SequenceDelta>,
     finished: bool,
-) -> pb::GenerateResponse {
-    pb::GenerateResponse {
-        prompt: Some(pb::PromptInfo {
+) -> EngineStep {
+    EngineStep {
+        prompt: Some(PromptInfo {
             prompt_tokens,
             cached_tokens,
             prompt_logprobs: vec![],
@@ -291,10 +288,8 @@ pub fn state(engine: Arc<FakeEngine>) -> Arc<AppState> {
             hidden_size: 0,
             lowercase_inputs: false,
         },
-        model_info: pb::ModelInfo {
-            eos_token_ids: vec![EOS],
-            ..Default::default()
-        },
+        model_path: String::new(),
+        tokenizer_path: String::new(),
         metrics: Arc::new(Metrics::new()),
         responses: hybridllm_api::response_store::ResponseStore::new(8),
         created: 0,
@@ -304,10 +299,8 @@ pub fn state(engine: Arc<FakeEngine>) -> Arc<AppState> {
 /// `state` for an embedding model whose vectors have 3 dimensions (FakeEngine::embed's).
 pub fn embed_state(engine: Arc<FakeEngine>) -> Arc<AppState> {
     let mut st = Arc::try_unwrap(state(engine)).ok().expect("a fresh state");
-    st.model_info.kind = pb::model_info::Kind::Embed as i32;
     st.api.embed = true;
     st.api.hidden_size = 3;
-    st.model_info.hidden_size = 3;
     Arc::new(st)
 }
 

@@ -2,7 +2,7 @@
 //! the metrics. Built once at start-up (server.rs), then read-only.
 use crate::config::ServeConfig;
 use crate::engine::Engine;
-use crate::engine_client::{pb, EngineClient};
+use crate::engine_client::EngineClient;
 use crate::metrics::Metrics;
 use hybridllm_api::auth::Auth;
 use hybridllm_api::context::ApiContext;
@@ -25,7 +25,10 @@ pub struct AppState {
     /// What the API's rules need (the core's): tokenizer, chat template, served names,
     /// context window and vocabulary, limits, the model's special tokens.
     pub api: ApiContext,
-    pub model_info: pb::ModelInfo,
+    /// The model folder the worker loaded (`root` in /v1/models).
+    pub model_path: String,
+    /// The worker's tokenizer.json (/tokenizer_info reads it when --tokenizer is not given).
+    pub tokenizer_path: String,
     /// The core's families, shared with each request's `EngineEvents`.
     pub metrics: Arc<Metrics>,
     /// `/v1/responses` objects created with `store: true`.

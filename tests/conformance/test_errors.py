@@ -208,6 +208,16 @@ def assert_same_error(servers: dict, path: str, raw: str | bytes, status: int,
         assert_equal(error, rust, where=mode)
 
 
+def test_the_engines_refusal_names_the_field(servers: dict) -> None:
+    """A request the API lets through but the engine refuses (min_tokens beyond the max_tokens
+    that fits in the context window, the API's bound being only max_tokens when it is unset):
+    the engine names the field, and every frontend puts it in `param`."""
+    raw = '{"prompt":"hi","min_tokens":1000}'
+    assert_same_error(servers, P, raw, 400, "min_tokens must be in [0, max_tokens], got 1000.")
+    for mode, s in servers.items():
+        assert parsed(s.post(P, raw=raw.encode()))["error"]["param"] == "min_tokens", mode
+
+
 def _named_field(error: dict) -> str | None:
     """The field a deserializer error names: its param, or the one `missing field` names."""
     if error["param"] is not None:

@@ -93,6 +93,26 @@ async def test_many_requests_on_one_call_equal_their_own_calls(worker: str) -> N
     await client.close()
 
 
+async def test_a_refusal_names_the_field(worker: str) -> None:
+    """RequestError.param: the sampling or request field the engine refuses (the frontends'
+    error `param`); empty where the refusal is about no field in particular."""
+    client = GrpcEngineClient(worker)
+    await client.start()
+    call = StreamCall(client)
+    call.generate("min", PROMPT_IDS, pb.SamplingParams(max_tokens=2, min_tokens=3))
+    call.generate("bias", PROMPT_IDS, pb.SamplingParams(max_tokens=2, logit_bias={10**6: 1.0}))
+    call.generate("prompt", [1, 2, 10**6], pb.SamplingParams(max_tokens=2))
+    call.half_close()
+    rejected = {r.request_id: r.rejected for b in await call.read() for r in b.responses}
+    assert {rid: e.param for rid, e in rejected.items()} == \
+        {"min": "min_tokens", "bias": "logit_bias", "prompt": ""}
+    assert rejected["min"].message == "min_tokens must be in [0, max_tokens], got 3."
+    assert rejected["bias"].message.startswith("token_id 1000000 in logit_bias is out of "
+                                               "vocabulary (size ")
+    assert {e.code for e in rejected.values()} == {grpc.StatusCode.INVALID_ARGUMENT.value[0]}
+    await client.close()
+
+
 async def test_abort_one_then_cancel_the_call_frees_everything(worker: str) -> None:
     client = GrpcEngineClient(worker)
     await client.start()

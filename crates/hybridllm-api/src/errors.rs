@@ -79,42 +79,6 @@ impl ApiError {
         }
     }
 
-    /// The engine's refusal or failure of a request, from its gRPC status code
-    /// (google.rpc.Code). `connection_lost`: the status was made by the shell's client from a
-    /// dropped connection (the worker died mid-stream), not sent by the worker: the engine is
-    /// unavailable, not broken.
-    pub fn from_engine(
-        code: i32,
-        message: &str,
-        param: Option<String>,
-        connection_lost: bool,
-    ) -> Self {
-        const CANCELLED: i32 = 1;
-        const INVALID_ARGUMENT: i32 = 3;
-        const DEADLINE_EXCEEDED: i32 = 4;
-        const NOT_FOUND: i32 = 5;
-        const RESOURCE_EXHAUSTED: i32 = 8;
-        const FAILED_PRECONDITION: i32 = 9;
-        const OUT_OF_RANGE: i32 = 11;
-        const UNAVAILABLE: i32 = 14;
-        match code {
-            INVALID_ARGUMENT | OUT_OF_RANGE | FAILED_PRECONDITION => ApiError::BadRequest {
-                message: message.to_string(),
-                param,
-            },
-            NOT_FOUND => ApiError::NotFound(message.to_string()),
-            // The worker's admission control.
-            RESOURCE_EXHAUSTED => ApiError::TooManyRequests(message.to_string()),
-            UNAVAILABLE | DEADLINE_EXCEEDED | CANCELLED => {
-                ApiError::Unavailable(format!("The engine is unavailable: {message}"))
-            }
-            _ if connection_lost => ApiError::Unavailable(format!(
-                "The engine is unavailable: the connection to it was lost ({message})"
-            )),
-            _ => ApiError::Internal(format!("Engine error: {message}")),
-        }
-    }
-
     pub fn model_not_found(model: &str) -> Self {
         ApiError::NotFound(format!("The model `{model}` does not exist."))
     }

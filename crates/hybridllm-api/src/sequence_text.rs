@@ -14,7 +14,8 @@ pub enum EngineFinish {
     Stop,
     Length,
     Abort,
-    /// The engine failed the request (its step says why); no text follows.
+    /// The engine failed it: the shell ends the request with the engine's error message
+    /// rather than pushing this here.
     Error,
 }
 

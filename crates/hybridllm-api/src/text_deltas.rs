@@ -162,11 +162,8 @@ impl EngineEvents {
                 continue;
             }
             if d.finish == EngineFinish::Error {
-                return Err(ApiError::Internal(if step.error.is_empty() {
-                    "engine error".into()
-                } else {
-                    step.error
-                }));
+                let error = step.error.unwrap_or_else(|| "engine error".into());
+                return Err(ApiError::Internal(error));
             }
             let Some(out) = self.deltas.push(d)? else {
                 continue;

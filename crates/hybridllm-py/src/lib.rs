@@ -14,7 +14,7 @@ use hybridllm_api::embeddings::{
     EmbeddingResponse as CoreEmbeddingResponse,
 };
 use hybridllm_api::engine_io::{
-    EngineStep, PositionLogprobs, PromptInfo, SequenceDelta, TokenLogprob,
+    EngineError, EngineStep, PositionLogprobs, PromptInfo, SequenceDelta, TokenLogprob,
 };
 use hybridllm_api::errors::ApiError as CoreError;
 use hybridllm_api::metrics::{EngineLoad, Metrics as CoreMetrics};
@@ -1065,10 +1065,12 @@ fn engine_step(msg: &Bound<'_, PyAny>) -> PyResult<EngineStep> {
             },
         });
     }
+    let error: String = msg.getattr("error")?.extract()?;
     Ok(EngineStep {
         prompt,
         sequences,
-        error: msg.getattr("error")?.extract()?,
+        error: (!error.is_empty()).then_some(error),
+        finished: msg.getattr("finished")?.extract()?,
     })
 }
 
@@ -1190,8 +1192,9 @@ impl EngineEvents {
 /// answers it.
 #[pyfunction]
 #[pyo3(signature = (code, message, param=None))]
-fn engine_error(code: i32, message: &str, param: Option<String>) -> PyErr {
-    api_error(CoreError::from_engine(code, message, param, false))
+fn engine_error(code: i32, message: String, param: Option<String>) -> PyErr {
+    let param = param.filter(|p| !p.is_empty());
+    api_error(EngineError::from_grpc_code(code, message, param, false).into())
 }
 
 /// A refusal of the shell's own (an unknown path, a bug), as the core writes every refusal.

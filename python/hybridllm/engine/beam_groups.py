@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from hybridllm.core.beam_search import BeamGroup
 from hybridllm.core.scheduler import Scheduler
-from hybridllm.sampling_params import BeamSearchParams, SamplingParams
+from hybridllm.sampling_params import BeamSearchParams, ParamError, SamplingParams
 from hybridllm.sequence import Request, Sequence
 
 
@@ -31,7 +31,8 @@ class BeamGroups:
         """Start the group on its prompt: one live beam until the first step forks it."""
         max_seqs = self.scheduler.config.max_num_seqs
         if params.beam_width > max_seqs:  # it could never be admitted
-            raise ValueError(
+            raise ParamError(
+                "beam_width",
                 f"beam_width ({params.beam_width}) must be at most max_num_seqs ({max_seqs}, "
                 f"--max-num-seqs): a beam search runs beam_width sequences at once.")
         group = BeamGroup(params, self.eos_token_ids, request.max_tokens)

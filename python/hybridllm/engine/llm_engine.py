@@ -20,7 +20,7 @@ from hybridllm.executor.model_runner import ModelRunner
 from hybridllm.executor.tp_worker import start_ranks, threads_per_rank, with_rendezvous
 from hybridllm.outputs import RequestOutput
 from hybridllm.sampling import build_sampler
-from hybridllm.sampling_params import BeamSearchParams, SamplingParams
+from hybridllm.sampling_params import BeamSearchParams, ParamError, SamplingParams
 from hybridllm.sequence import Request, Sequence, SequenceStatus, make_generator
 from hybridllm.step_types import SchedulerOutput, StepResult, TokenSampler
 from hybridllm.text.tokenizer import load_tokenizer
@@ -117,7 +117,8 @@ class LLMEngine:
         vocab = self.config.model.vocab_size
         bad = next((t for t in params.logit_bias or {} if not 0 <= t < vocab), None)
         if bad is not None:
-            raise ValueError(f"logit_bias: token id {bad} is out of vocabulary.")
+            raise ParamError(
+                "logit_bias", f"token_id {bad} in logit_bias is out of vocabulary (size {vocab}).")
         room = self.max_model_len - len(ids)
         request = Request(
             request_id=request_id,

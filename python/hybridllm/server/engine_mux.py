@@ -27,12 +27,14 @@ from hybridllm.proto import engine_pb2 as pb
 
 
 class EngineCallError(Exception):
-    """A failed engine call; `code` is the gRPC status code name (e.g. INVALID_ARGUMENT)."""
+    """A failed engine call; `code` is the gRPC status code name (e.g. INVALID_ARGUMENT),
+    `param` the request field a refusal names (RequestError.param), if any."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, param: str | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.param = param
 
 
 OnResponse = Callable[[pb.GenerateStreamResponse], None]
@@ -143,7 +145,8 @@ class EngineMux:
                 finished = item.finished
                 if item.HasField("rejected"):
                     code = _CODE_NAMES.get(item.rejected.code, "UNKNOWN")
-                    raise EngineCallError(code, item.rejected.message)
+                    raise EngineCallError(code, item.rejected.message,
+                                          item.rejected.param or None)
                 yield item
                 if finished:
                     return

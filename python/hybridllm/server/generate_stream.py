@@ -30,7 +30,7 @@ from hybridllm.proto import engine_pb2 as pb
 from hybridllm.server.engine_mux import OnEnd, OnResponse
 from hybridllm.server.pending_embed import PendingEmbed
 from hybridllm.server.proto_convert import request_params_from_proto
-from hybridllm.server.responses import ResponseBuilder, rejected
+from hybridllm.server.responses import ResponseBuilder, refused, rejected
 
 logger = logging.getLogger("hybridllm.worker")
 
@@ -112,7 +112,7 @@ class GenerateStreamCall:
             self.engine.add_request(rid, list(req.prompt_token_ids), params, self)
         except ValueError as e:
             self.active.pop(rid, None)
-            self._push(rejected(rid, grpc.StatusCode.INVALID_ARGUMENT, str(e)))
+            self._push(refused(rid, e))
         except EngineOverloadedError as e:  # frontends answer 429 + Retry-After
             self.active.pop(rid, None)
             self._push(rejected(rid, grpc.StatusCode.RESOURCE_EXHAUSTED, str(e)))
@@ -187,7 +187,7 @@ class GenerateStreamCall:
             if not isinstance(builder, ResponseBuilder):
                 continue  # aborted here while the step was running
             if isinstance(item, ValueError):
-                msg.responses.append(rejected(rid, grpc.StatusCode.INVALID_ARGUMENT, str(item)))
+                msg.responses.append(refused(rid, item))
             elif isinstance(item, BaseException):
                 msg.responses.append(builder.error(str(item)))
             else:

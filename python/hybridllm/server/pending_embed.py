@@ -10,7 +10,7 @@ from hybridllm.engine.async_llm_engine import EngineOverloadedError
 from hybridllm.outputs import PoolingRequestOutput
 from hybridllm.pooling_params import PoolingParams
 from hybridllm.proto import engine_pb2 as pb
-from hybridllm.server.responses import rejected
+from hybridllm.server.responses import refused, rejected
 
 
 class PendingEmbed:
@@ -41,7 +41,8 @@ class PendingEmbed:
     def failed(self, error: BaseException) -> pb.GenerateResponse:
         """A refusal (INVALID_ARGUMENT), admission control's (RESOURCE_EXHAUSTED: the frontends
         answer 429) or a dead engine (UNAVAILABLE)."""
-        code = (grpc.StatusCode.INVALID_ARGUMENT if isinstance(error, ValueError)
-                else grpc.StatusCode.RESOURCE_EXHAUSTED if isinstance(error, EngineOverloadedError)
+        if isinstance(error, ValueError):
+            return refused(self.request_id, error)
+        code = (grpc.StatusCode.RESOURCE_EXHAUSTED if isinstance(error, EngineOverloadedError)
                 else grpc.StatusCode.UNAVAILABLE)
         return rejected(self.request_id, code, str(error))

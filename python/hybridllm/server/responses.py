@@ -6,7 +6,7 @@ import grpc
 
 from hybridllm.outputs import RequestOutput
 from hybridllm.proto import engine_pb2 as pb
-from hybridllm.sampling_params import BeamSearchParams, SamplingParams
+from hybridllm.sampling_params import BeamSearchParams, ParamError, SamplingParams
 from hybridllm.server.proto_convert import FINISH_REASONS, first_position, position_logprobs
 
 
@@ -81,9 +81,17 @@ class ResponseBuilder:
         )
 
 
-def rejected(request_id: str, code: grpc.StatusCode, message: str) -> pb.GenerateResponse:
+def rejected(request_id: str, code: grpc.StatusCode, message: str,
+             param: str = "") -> pb.GenerateResponse:
     return pb.GenerateResponse(
         request_id=request_id,
         finished=True,
-        rejected=pb.RequestError(code=code.value[0], message=message),
+        rejected=pb.RequestError(code=code.value[0], message=message, param=param),
     )
+
+
+def refused(request_id: str, error: ValueError) -> pb.GenerateResponse:
+    """A request the engine will not take (INVALID_ARGUMENT), naming the field it is about
+    when the engine did (ParamError)."""
+    param = error.param if isinstance(error, ParamError) else ""
+    return rejected(request_id, grpc.StatusCode.INVALID_ARGUMENT, str(error), param)

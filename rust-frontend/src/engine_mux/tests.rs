@@ -1,7 +1,8 @@
 //! Routing on the shared call without a gRPC server: `Call` is driven directly, as the
 //! call's task would drive it with the worker's messages.
 use super::*;
-use futures_util::{FutureExt, StreamExt};
+use futures_util::FutureExt;
+use tonic::Code;
 
 fn resp(id: &str, token: u32, finished: bool) -> pb::GenerateResponse {
     pb::GenerateResponse {
@@ -19,14 +20,14 @@ fn batch(responses: Vec<pb::GenerateResponse>) -> pb::GenerateStreamResponse {
     pb::GenerateStreamResponse { responses }
 }
 
-/// What the stream has delivered so far, without waiting: tokens, "error <code> <message>",
+/// What the stream has delivered so far, without waiting: tokens, "error <the engine error>",
 /// "end", or nothing more if it would wait.
 fn drain(stream: &mut RequestStream) -> Vec<String> {
     let mut out = vec![];
     while let Some(item) = stream.next().now_or_never() {
         match item {
             Some(Ok(r)) => out.push(format!("token {}", r.sequences[0].token_ids[0])),
-            Some(Err(s)) => out.push(format!("error {:?} {}", s.code(), s.message())),
+            Some(Err(e)) => out.push(format!("error {e:?}")),
             None => {
                 out.push("end".into());
                 break;
@@ -84,18 +85,31 @@ fn dropping_a_running_request_aborts_it_once() {
 fn a_refused_request_is_an_error_with_the_workers_status() {
     let (call, _inbox) = Call::new();
     let mut a = call.route("a").unwrap();
-    call.dispatch(batch(vec![pb::GenerateResponse {
-        request_id: "a".into(),
+    let mut b = call.route("b").unwrap();
+    let refusal = |id: &str, param: &str| pb::GenerateResponse {
+        request_id: id.into(),
         rejected: Some(pb::RequestError {
             code: Code::InvalidArgument as i32,
             message: "prompt too long".into(),
+            param: param.into(),
         }),
         finished: true,
         ..Default::default()
-    }]));
+    };
+    call.dispatch(batch(vec![refusal("a", ""), refusal("b", "min_tokens")]));
     assert_eq!(
         drain(&mut a),
-        ["error InvalidArgument prompt too long", "end"]
+        [
+            r#"error Invalid { message: "prompt too long", param: None }"#,
+            "end"
+        ]
+    );
+    assert_eq!(
+        drain(&mut b),
+        [
+            r#"error Invalid { message: "prompt too long", param: Some("min_tokens") }"#,
+            "end"
+        ]
     );
 }
 
@@ -105,8 +119,9 @@ fn the_end_of_the_call_fails_every_running_request() {
     let mut a = call.route("a").unwrap();
     let mut b = call.route("b").unwrap();
     call.fail(Status::unavailable("worker restarted"));
-    assert_eq!(drain(&mut a), ["error Unavailable worker restarted", "end"]);
-    assert_eq!(drain(&mut b), ["error Unavailable worker restarted", "end"]);
+    let failed = [r#"error Unavailable("worker restarted")"#, "end"];
+    assert_eq!(drain(&mut a), failed);
+    assert_eq!(drain(&mut b), failed);
     // An ended call takes no new requests and sends no aborts.
     assert!(call.route("c").is_none());
     drop((a, b));
@@ -140,9 +155,9 @@ async fn without_a_worker_a_request_fails_unavailable() {
     // Nothing listens on port 1: the call fails to open and fails its requests.
     let client = crate::engine_client::connect("http://127.0.0.1:1").unwrap();
     let mux = EngineMux::new(client);
-    let mut stream = mux.generate(generate_req("a"));
+    let mut stream = mux.submit(generate_req("a"));
     let err = stream.next().await.unwrap().unwrap_err();
-    assert_eq!(err.code(), Code::Unavailable);
+    assert!(matches!(err, EngineError::Unavailable(_)), "{err:?}");
     assert!(stream.next().await.is_none());
 }
 
@@ -151,29 +166,34 @@ async fn embed_is_answered_by_one_response_and_dropping_it_early_aborts() {
     let mux = EngineMux::new(crate::engine_client::connect("http://127.0.0.1:1").unwrap());
     let (call, mut inbox) = Call::new();
     *mux.call.lock().unwrap() = Some(call.clone());
-    let req = pb::EmbedRequest {
+    let req = EmbedRequest {
+        request_id: "e".into(),
+        inputs: vec![vec![1, 2]],
+        normalize: None,
+    };
+    let answer = mux.embed(req.clone());
+    let msg = next_message(&mut inbox).await.unwrap();
+    let sent = pb::EmbedRequest {
         request_id: "e".into(),
         inputs: vec![pb::EmbedInput {
             token_ids: vec![1, 2],
         }],
         normalize: None,
     };
-    let answer = mux.embed(req.clone());
-    let msg = next_message(&mut inbox).await.unwrap();
-    assert_eq!(msg.embed, std::slice::from_ref(&req));
+    assert_eq!(msg.embed, [sent]);
     let vector = pb::Embedding {
         values: vec![0.5, 1.0],
     };
     call.dispatch(batch(vec![pb::GenerateResponse {
         request_id: "e".into(),
         finished: true,
-        embeddings: vec![vector.clone()],
+        embeddings: vec![vector],
         ..Default::default()
     }]));
-    assert_eq!(answer.await.unwrap(), [vector]);
+    assert_eq!(answer.await.unwrap(), [vec![0.5, 1.0]]);
     // Answered: nothing to abort. Dropped before its answer: aborted once.
     assert!(inbox.try_recv().is_err());
-    drop(mux.embed(pb::EmbedRequest {
+    drop(mux.embed(EmbedRequest {
         request_id: "f".into(),
         ..req
     }));
@@ -206,8 +226,8 @@ fn an_unread_stream_is_aborted_after_its_buffer() {
         got[STREAM_BUFFER..],
         [
             format!(
-                "error Cancelled request aborted: its client read none of its last \
-                 {STREAM_BUFFER} responses"
+                "error Cancelled(\"request aborted: its client read none of its last \
+                 {STREAM_BUFFER} responses\")"
             ),
             "end".to_string()
         ]

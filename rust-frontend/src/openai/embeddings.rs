@@ -1,13 +1,13 @@
 //! POST /v1/embeddings over HTTP: the core's embedding call (`hybridllm_api::embeddings`),
 //! its text inputs tokenized off the runtime when long, pooled by the worker's Embed call.
 use super::request::JsonBody;
-use crate::engine_client::pb;
 use crate::errors::{ApiError, HttpError};
 use crate::state::AppState;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use hybridllm_api::embeddings::{EmbeddingCall, EmbeddingRequest};
+use hybridllm_api::engine_io::EmbedRequest;
 use std::sync::Arc;
 
 /// Inputs up to this many bytes in all are tokenized in place: a thread hop costs more.
@@ -29,17 +29,14 @@ pub async fn handle(
     };
     let reply = state
         .engine
-        .embed(pb::EmbedRequest {
+        .embed(EmbedRequest {
             request_id: resp.id.clone(),
-            inputs: ids
-                .into_iter()
-                .map(|token_ids| pb::EmbedInput { token_ids })
-                .collect(),
+            inputs: ids,
             normalize,
         })
         .await
-        .map_err(crate::errors::from_status)?;
-    let body = resp.body(reply.into_iter().map(|e| e.values).collect());
+        .map_err(ApiError::from)?;
+    let body = resp.body(reply);
     Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 

@@ -1,15 +1,16 @@
 //! One HTTP request = one engine request (on the shared GenerateStream call: engine_mux).
-//! The worker's responses become text events (text_deltas), and the engine request lives
+//! The engine's steps become text events (text_deltas), and the engine request lives
 //! exactly as long as the consumer: dropping the returned stream (client gone, response
 //! body dropped) drops the engine's response stream, which aborts the request in the worker.
 //! At the drain deadline after SIGTERM the stream ends with `SHUTDOWN_CUT` (an error event
 //! for a stream, a 503 for a collected body), for every endpoint alike.
 use super::text_deltas::{EngineEvents, GenEvent};
-use crate::engine_client::pb;
+use crate::engine::StepStream;
 use crate::errors::ApiError;
 use crate::shutdown::SHUTDOWN_CUT;
 use crate::state::AppState;
 use futures_util::{Stream, StreamExt};
+use hybridllm_api::engine_io::{EngineStep, GenerateRequest};
 pub use hybridllm_api::validation::GenRequest;
 use std::sync::Arc;
 use std::time::Instant;
@@ -54,18 +55,7 @@ pub async fn generate(
             "generate"
         );
     }
-    let mut sampling = req.params.sampling.clone();
-    sampling.max_tokens = Some(req.max_tokens);
-    let grpc_req = pb::GenerateRequest {
-        request_id: req.request_id.clone(),
-        prompt_token_ids: req.prompt_ids.clone(),
-        sampling_params: Some(sampling.into()),
-        beam_search: req.params.beam.map(|mut b| {
-            b.max_tokens = req.max_tokens;
-            b.into()
-        }),
-    };
-    let mut stream = state.engine.generate(grpc_req);
+    let mut stream = state.engine.generate(GenerateRequest::new(&req));
     let first = match next_before_deadline(&mut stream).await? {
         Some(m) => m,
         None => {
@@ -98,14 +88,12 @@ pub async fn generate(
     })
 }
 
-/// The engine's next response (None: the stream ended), or the error that ends the request:
-/// the engine's, or the shutdown's once the drain time is over (the caller then drops the
-/// stream, which aborts the request).
-async fn next_before_deadline(
-    stream: &mut crate::engine::ResponseStream,
-) -> Result<Option<pb::GenerateResponse>, ApiError> {
+/// The engine's next step (None: the stream ended), or the error that ends the request: the
+/// engine's, or the shutdown's once the drain time is over (the caller then drops the stream,
+/// which aborts the request).
+async fn next_before_deadline(stream: &mut StepStream) -> Result<Option<EngineStep>, ApiError> {
     tokio::select! {
-        next = stream.next() => next.transpose().map_err(crate::errors::from_status),
+        next = stream.next() => next.transpose().map_err(ApiError::from),
         () = crate::shutdown::deadline() => Err(ApiError::Unavailable(SHUTDOWN_CUT.into())),
     }
 }

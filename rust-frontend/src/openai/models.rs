@@ -2,7 +2,6 @@
 //! /tokenize, /detokenize.
 use super::prompt::tokenize as encode;
 use super::request::JsonBody;
-use crate::engine_client::pb;
 use crate::errors::HttpError;
 use crate::state::AppState;
 use axum::extract::State;
@@ -14,19 +13,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub async fn models(State(state): State<Arc<AppState>>) -> Response {
-    let root = &state.model_info.model_path;
+    let root = &state.model_path;
     axum::Json(tokenize::models(&state.api, state.created, root)).into_response()
 }
 
 /// 200 with an empty body while the worker reports SERVING, else 503.
 /// 200 when every engine worker is serving.
 pub async fn health(State(state): State<Arc<AppState>>) -> StatusCode {
-    let checks = state.engine_clients.iter().map(|c| async move {
-        let mut client = c.clone();
-        let call = client.health(pb::HealthRequest {});
-        matches!(tokio::time::timeout(Duration::from_secs(5), call).await,
-            Ok(Ok(r)) if r.get_ref().status == pb::health_response::Status::Serving as i32)
-    });
+    let checks = (state.engine_clients.iter())
+        .map(|c| crate::engine_client::serving(c, Duration::from_secs(5)));
     let answers = futures_util::future::join_all(checks).await;
     let healthy = if state.keep_alive {
         answers.iter().any(|&ok| ok) // a dead worker left the rotation; the others serve

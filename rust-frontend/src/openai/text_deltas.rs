@@ -1,15 +1,15 @@
-//! The worker's responses as the core's text events (`hybridllm_api::text_deltas`): each
-//! protobuf response converted at the engine client, then read by the core's `EngineEvents`
-//! (text, finish reasons, the engine's errors and the per-request metrics).
-use crate::engine_client::pb;
+//! The engine's steps as the core's text events: read by the core's `EngineEvents`
+//! (`hybridllm_api::text_deltas`: text, finish reasons, the engine's errors and the
+//! per-request metrics).
 use crate::errors::ApiError;
 use crate::state::AppState;
+use hybridllm_api::engine_io::EngineStep;
 pub use hybridllm_api::text_deltas::GenEvent;
 use hybridllm_api::validation::GenParams;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// One request's events, response by response.
+/// One request's events, step by step.
 pub struct EngineEvents(hybridllm_api::text_deltas::EngineEvents);
 
 impl EngineEvents {
@@ -29,9 +29,9 @@ impl EngineEvents {
         self.0.all_finished()
     }
 
-    /// The events of one engine response; an error ends the request.
-    pub fn process(&mut self, resp: pb::GenerateResponse) -> Result<Vec<GenEvent>, ApiError> {
-        self.0.process(resp.into())
+    /// The events of one engine step; an error ends the request.
+    pub fn process(&mut self, step: EngineStep) -> Result<Vec<GenEvent>, ApiError> {
+        self.0.process(step)
     }
 }
 

@@ -8,8 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub async fn tokenizer_info(State(state): State<Arc<AppState>>) -> Result<Response, HttpError> {
-    let tok_path =
-        (state.config.tokenizer_path.as_ref()).unwrap_or(&state.model_info.tokenizer_path);
+    let tok_path = (state.config.tokenizer_path.as_ref()).unwrap_or(&state.tokenizer_path);
     let path = Path::new(tok_path).with_file_name("tokenizer_config.json");
     // A bare tokenizer.json has no configuration.
     let text = tokio::fs::read_to_string(&path).await.ok();

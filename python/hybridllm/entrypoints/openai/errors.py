@@ -22,4 +22,4 @@ def body(e: _api.ApiError) -> bytes:
 
 
 def from_engine(e: EngineCallError) -> _api.ApiError:
-    return _api.engine_error(grpc.StatusCode[e.code].value[0], e.message)
+    return _api.engine_error(grpc.StatusCode[e.code].value[0], e.message, e.param)

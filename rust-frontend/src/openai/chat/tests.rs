@@ -1,11 +1,13 @@
 //! /v1/chat/completions through the router against a scripted fake engine: the exact bytes
 //! a client receives, streamed and not.
-use crate::engine_client::pb::{self, FinishReason::*};
 use crate::fake_engine::{
     self, delta, first_response, id, last_delta, response, FakeEngine, Script,
 };
 use axum::http::StatusCode;
 use http_body_util::BodyExt;
+use hybridllm_api::engine_io::{
+    EngineError, EngineFinish::*, EngineStep, PositionLogprobs, SequenceDelta, TokenLogprob,
+};
 use serde_json::json;
 
 const PATH: &str = "/v1/chat/completions";
@@ -60,11 +62,11 @@ async fn streamed_chunks_with_usage() {
     // The rendered prompt "user: Hello assistant:", as token ids.
     let sent = engine.requests.lock().unwrap()[0].clone();
     assert_eq!(
-        sent.prompt_token_ids,
+        sent.prompt_ids,
         [id("user:"), id("Hello"), id("assistant:")]
     );
     assert!(sent.request_id.starts_with("chatcmpl-"));
-    assert_eq!(sent.sampling_params.unwrap().max_tokens, Some(64 - 3));
+    assert_eq!(sent.sampling.max_tokens, Some(64 - 3));
 }
 
 #[tokio::test]
@@ -120,8 +122,8 @@ async fn two_choices_stream_interleaved() {
 async fn an_engine_error_mid_stream_is_an_error_event() {
     let engine = FakeEngine::new(vec![Script::new(vec![
         first_response(3, 0, vec![delta(0, &["foo"])], false),
-        pb::GenerateResponse {
-            error: "CUDA out of memory".into(),
+        EngineStep {
+            error: Some("CUDA out of memory".into()),
             ..response(vec![last_delta(0, &[], Error, None)], true)
         },
     ])]);
@@ -146,12 +148,12 @@ async fn an_engine_error_mid_stream_is_an_error_event() {
 
 #[tokio::test]
 async fn non_streamed_response_with_logprobs() {
-    let lp = |word: &str, logprob: f32| pb::TokenLogprob {
+    let lp = |word: &str, logprob: f32| TokenLogprob {
         token_id: id(word),
         logprob,
         rank: 1,
     };
-    let with_lps = |mut d: pb::SequenceDelta, lps: Vec<pb::PositionLogprobs>| {
+    let with_lps = |mut d: SequenceDelta, lps: Vec<PositionLogprobs>| {
         d.logprobs = lps;
         d
     };
@@ -161,7 +163,7 @@ async fn non_streamed_response_with_logprobs() {
             0,
             vec![with_lps(
                 delta(0, &["foo"]),
-                vec![pb::PositionLogprobs {
+                vec![PositionLogprobs {
                     token: Some(lp("foo", -0.5)),
                     top: vec![lp("foo", -0.5), lp("bar", -1.25)],
                 }],
@@ -188,7 +190,10 @@ async fn non_streamed_response_with_logprobs() {
 #[tokio::test]
 async fn a_refused_request_is_an_http_error() {
     let engine = FakeEngine::new(vec![Script {
-        responses: vec![Err(tonic::Status::invalid_argument("prompt too long"))],
+        responses: vec![Err(EngineError::Invalid {
+            message: "prompt too long".into(),
+            param: None,
+        })],
         hang: false,
     }]);
     let (status, text) = fake_engine::post_text(
@@ -202,6 +207,31 @@ async fn a_refused_request_is_an_http_error() {
         text,
         r#"{"error":{"message":"prompt too long","type":"BadRequestError","param":null,"code":400}}"#
     );
+}
+
+/// A field the API lets through but the engine refuses (min_tokens beyond what is left of
+/// the context window): the engine's refusal names it, and so does the error body.
+#[tokio::test]
+async fn the_engines_refusal_names_the_field() {
+    let message = "min_tokens must be in [0, max_tokens], got 100.";
+    let engine = FakeEngine::new(vec![Script {
+        responses: vec![Err(EngineError::Invalid {
+            message: message.into(),
+            param: Some("min_tokens".into()),
+        })],
+        hang: false,
+    }]);
+    let (status, text) = fake_engine::post_text(
+        fake_engine::state(engine),
+        PATH,
+        hello(json!({"min_tokens": 100})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let body: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let expected = json!({"error": {"message": message, "type": "BadRequestError",
+        "param": "min_tokens", "code": 400}});
+    assert_eq!(body, expected);
 }
 
 #[tokio::test]

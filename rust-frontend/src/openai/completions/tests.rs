@@ -1,29 +1,26 @@
 //! /v1/completions: through the router against a scripted fake engine the
 //! exact bytes a client receives.
-use crate::engine_client::pb::{self, FinishReason::*};
 use crate::fake_engine::{
     self, delta, first_response, id, last_delta, response, FakeEngine, Script,
 };
 use axum::http::StatusCode;
+use hybridllm_api::engine_io::{
+    EngineFinish::*, EngineStep, PositionLogprobs, PromptInfo, SequenceDelta, TokenLogprob,
+};
 use serde_json::json;
 
 const PATH: &str = "/v1/completions";
 
-fn token_lp(word: &str, logprob: f32, rank: u32) -> pb::TokenLogprob {
-    pb::TokenLogprob {
+fn token_lp(word: &str, logprob: f32, rank: u32) -> TokenLogprob {
+    TokenLogprob {
         token_id: id(word),
         logprob,
         rank,
     }
 }
 
-fn with_logprobs(
-    mut d: pb::SequenceDelta,
-    token: &str,
-    lp: f32,
-    top: &[(&str, f32)],
-) -> pb::SequenceDelta {
-    d.logprobs = vec![pb::PositionLogprobs {
+fn with_logprobs(mut d: SequenceDelta, token: &str, lp: f32, top: &[(&str, f32)]) -> SequenceDelta {
+    d.logprobs = vec![PositionLogprobs {
         token: Some(token_lp(token, lp, 1)),
         top: top.iter().map(|(w, l)| token_lp(w, *l, 1)).collect(),
     }];
@@ -80,7 +77,7 @@ async fn streamed_logprobs_continue_their_text_offsets() {
     );
     let sent = engine.requests.lock().unwrap()[0].clone();
     assert!(sent.request_id.starts_with("cmpl-") && sent.request_id.ends_with("-0"));
-    assert_eq!(sent.prompt_token_ids, [id("Hello")]);
+    assert_eq!(sent.prompt_ids, [id("Hello")]);
 }
 
 #[tokio::test]
@@ -110,17 +107,17 @@ async fn streamed_echo_comes_first_for_every_choice() {
 #[tokio::test]
 async fn non_streamed_choices_of_two_prompts() {
     let prompt_lps = vec![
-        pb::PositionLogprobs {
+        PositionLogprobs {
             token: Some(token_lp("world", f32::NAN, 0)),
             top: vec![],
         },
-        pb::PositionLogprobs {
+        PositionLogprobs {
             token: Some(token_lp("foo", -2.0, 3)),
             top: vec![token_lp("bar", -0.5, 1)],
         },
     ];
-    let second = pb::GenerateResponse {
-        prompt: Some(pb::PromptInfo {
+    let second = EngineStep {
+        prompt: Some(PromptInfo {
             prompt_tokens: 2,
             cached_tokens: 2,
             prompt_logprobs: prompt_lps,
@@ -168,7 +165,7 @@ async fn non_streamed_choices_of_two_prompts() {
 }
 
 /// The engine's one response to "Hello world" + 1 token, with the prompt's logprobs.
-fn echo_answer() -> pb::GenerateResponse {
+fn echo_answer() -> EngineStep {
     let mut first = first_response(
         2,
         0,
@@ -181,11 +178,11 @@ fn echo_answer() -> pb::GenerateResponse {
         true,
     );
     first.prompt.as_mut().unwrap().prompt_logprobs = vec![
-        pb::PositionLogprobs {
+        PositionLogprobs {
             token: Some(token_lp("Hello", f32::NAN, 0)),
             top: vec![],
         },
-        pb::PositionLogprobs {
+        PositionLogprobs {
             token: Some(token_lp("world", -1.5, 2)),
             top: vec![token_lp("foo", -0.5, 1)],
         },
@@ -217,10 +214,7 @@ async fn echo_with_logprobs_lists_the_prompt_tokens_first() {
         )
     );
     // The engine was asked for the prompt's logprobs, as many alternatives as `logprobs`.
-    let sent = engine.requests.lock().unwrap()[0]
-        .sampling_params
-        .clone()
-        .unwrap();
+    let sent = engine.requests.lock().unwrap()[0].sampling.clone();
     assert_eq!((sent.logprobs, sent.prompt_logprobs), (Some(1), Some(1)));
 }
 

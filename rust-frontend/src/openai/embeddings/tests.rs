@@ -22,7 +22,7 @@ async fn float_body_and_what_the_engine_gets() {
     let sent = engine.embeds.lock().unwrap();
     assert_eq!(sent.len(), 1);
     assert_eq!(sent[0].normalize, Some(false));
-    let ids: Vec<Vec<u32>> = sent[0].inputs.iter().map(|i| i.token_ids.clone()).collect();
+    let ids: Vec<Vec<u32>> = sent[0].inputs.clone();
     assert_eq!(ids, vec![vec![id("Hello"), id("world")], vec![id("foo")]]);
 }
 
@@ -59,7 +59,7 @@ async fn token_ids_are_truncated_keeping_the_last_special_token() {
     let (status, _) = fake_engine::post_text(st, PATH, body).await;
     assert_eq!(status, StatusCode::OK);
     let sent = engine.embeds.lock().unwrap();
-    assert_eq!(sent[0].inputs[0].token_ids, vec![5, 6, fake_engine::EOS]);
+    assert_eq!(sent[0].inputs[0], vec![5, 6, fake_engine::EOS]);
 }
 
 #[tokio::test]

@@ -1,9 +1,9 @@
 //! The request's life against a scripted fake engine: what is sent, how its end or failure
 //! reaches the consumer, and the abort when the consumer stops reading early.
 use super::*;
-use crate::engine_client::pb::FinishReason::Length;
 use crate::fake_engine::{self, delta, first_response, last_delta, response, show_event};
 use crate::fake_engine::{FakeEngine, Script};
+use hybridllm_api::engine_io::{EngineError, EngineFinish::Length};
 
 fn request(params: serde_json::Value) -> GenRequest {
     GenRequest {
@@ -40,8 +40,8 @@ async fn the_engine_gets_the_prompt_and_its_responses_become_events() {
     // The prompt ids and the sampling, with max_tokens filled in.
     let sent = engine.requests.lock().unwrap()[0].clone();
     assert_eq!(sent.request_id, "req-1");
-    assert_eq!(sent.prompt_token_ids, fake_engine::prompt_ids());
-    let sampling = sent.sampling_params.unwrap();
+    assert_eq!(sent.prompt_ids, fake_engine::prompt_ids());
+    let sampling = sent.sampling;
     assert_eq!(sampling.max_tokens, Some(16));
     assert_eq!(sampling.temperature, Some(0.0));
     assert!(engine.aborted().is_empty());
@@ -64,7 +64,10 @@ async fn a_stop_string_match_aborts_the_engine_request() {
 #[tokio::test]
 async fn a_refused_request_fails_before_the_stream_starts() {
     let engine = FakeEngine::new(vec![Script {
-        responses: vec![Err(tonic::Status::invalid_argument("prompt too long"))],
+        responses: vec![Err(EngineError::Invalid {
+            message: "prompt too long".into(),
+            param: None,
+        })],
         hang: false,
     }]);
     let state = fake_engine::state(engine.clone());
@@ -96,7 +99,7 @@ async fn an_engine_failure_mid_request_is_an_error() {
     let engine = FakeEngine::new(vec![Script {
         responses: vec![
             Ok(first_response(3, 0, vec![delta(0, &["foo"])], false)),
-            Err(tonic::Status::unavailable("worker restarted")),
+            Err(EngineError::Unavailable("worker restarted".into())),
         ],
         hang: false,
     }]);

@@ -1,11 +1,11 @@
 //! /v1/responses through the router against a scripted fake engine: the response object,
 //! the named events in order, the store (retrieve, continue, delete) and the refusals.
-use crate::engine_client::pb::FinishReason::*;
 use crate::fake_engine::{
     self, delta, first_response, id, last_delta, response, FakeEngine, Script,
 };
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
+use hybridllm_api::engine_io::EngineFinish::*;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use tower::ServiceExt;
@@ -80,7 +80,7 @@ async fn a_response_object_with_one_message() {
     let sent = engine.requests.lock().unwrap()[0].clone();
     let unk = id("[UNK]");
     assert_eq!(
-        sent.prompt_token_ids,
+        sent.prompt_ids,
         [
             unk,
             id("Hello"),
@@ -162,7 +162,7 @@ async fn max_output_tokens_makes_it_incomplete() {
     );
     assert_eq!(r["output"][0]["status"], "incomplete");
     let sent = engine.requests.lock().unwrap()[0].clone();
-    assert_eq!(sent.sampling_params.unwrap().max_tokens, Some(1));
+    assert_eq!(sent.sampling.max_tokens, Some(1));
 }
 
 #[tokio::test]
@@ -197,7 +197,7 @@ async fn stored_responses_continue_and_delete() {
     assert_eq!(status, StatusCode::OK);
     let sent = engine.requests.lock().unwrap()[1].clone();
     assert_eq!(
-        sent.prompt_token_ids,
+        sent.prompt_ids,
         [
             id("user:"),
             id("Hello"),

@@ -1,15 +1,18 @@
 //! Token deltas to text events, response by response, as the worker would send them.
 use super::*;
-use crate::engine_client::pb::FinishReason::{Abort, Error, Length, Stop};
 use crate::fake_engine::{
     self, delta, first_response, last_delta, response, show_event, FakeEngine,
+};
+use hybridllm_api::engine_io::{
+    EngineFinish::{Abort, Error, Length, Stop},
+    EngineStep,
 };
 
 // The tests are async only because the test state's (unused) gRPC client needs a runtime.
 
 /// Feeds the responses in order and lists the events; `all finished` where every sequence
 /// has finished (the request ends there), `error <message>` where one fails.
-fn run(params: serde_json::Value, responses: Vec<pb::GenerateResponse>) -> Vec<String> {
+fn run(params: serde_json::Value, responses: Vec<EngineStep>) -> Vec<String> {
     let state = fake_engine::state(FakeEngine::new(vec![]));
     let params = fake_engine::params(params);
     let mut deltas = EngineEvents::new(state, &fake_engine::prompt_ids(), &params, Instant::now());
@@ -156,8 +159,8 @@ async fn finish_reasons_from_the_engine_and_their_metrics() {
 
 #[tokio::test]
 async fn an_engine_error_ends_the_request_with_its_message() {
-    let error = pb::GenerateResponse {
-        error: "CUDA out of memory".into(),
+    let error = EngineStep {
+        error: Some("CUDA out of memory".into()),
         ..response(vec![last_delta(0, &[], Error, None)], true)
     };
     let out = run(
