@@ -130,11 +130,45 @@ def top_logprobs(
     return out
 
 
+@dataclass
+class TokenBitmask:
+    """The tokens a step's constrained rows may take: bits[j] is row rows[j]'s mask, one bit
+    per token id, 32 to an int32 word (llguidance's layout); unconstrained rows have none."""
+
+    rows: list[int]
+    bits: torch.Tensor  # [len(rows), ceil(vocab / 32)] int32, on the CPU
+
+    def apply(self, logits: torch.Tensor) -> None:
+        """Disallowed tokens' logits to -inf, in place (before anything reads the logits)."""
+        vocab = logits.shape[1]
+        bits = self.bits.to(logits.device, non_blocking=True)
+        shifts = torch.arange(32, dtype=torch.int32, device=logits.device)
+        allowed = ((bits.unsqueeze(-1) >> shifts) & 1).view(len(self.rows), -1)[:, :vocab]
+        banned = allowed == 0
+        if len(self.rows) == logits.shape[0]:
+            logits.masked_fill_(banned, float("-inf"))
+        else:
+            idx = torch.tensor(self.rows, device=logits.device)
+            logits[idx] = logits[idx].masked_fill_(banned, float("-inf"))
+
+    def allows(self, j: int, token: int) -> bool:
+        word, bit = divmod(token, 32)
+        return bool((int(self.bits[j, word]) >> bit) & 1)
+
+    def allowed_ids(self, j: int) -> list[int]:
+        shifts = torch.arange(32, dtype=torch.int32)
+        return ((self.bits[j].unsqueeze(-1) >> shifts) & 1).flatten().nonzero()[:, 0].tolist()
+
+
 class TokenSampler(Protocol):
     """What the model runner asks of the sampler it is given: one token per row of `logits`
-    (row i belongs to seqs[i]), with logprobs where the row's request asked for them."""
+    (row i belongs to seqs[i]), with logprobs where the row's request asked for them; the
+    rows `bitmask` constrains take only tokens it allows (and their logprobs are of the
+    masked distribution, as vLLM reports them)."""
 
-    def __call__(self, logits: torch.Tensor, seqs: list[Sequence]) -> SamplerOutput: ...
+    def __call__(
+        self, logits: torch.Tensor, seqs: list[Sequence], bitmask: TokenBitmask | None = None
+    ) -> SamplerOutput: ...
 
 
 @dataclass
