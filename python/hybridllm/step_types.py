@@ -133,18 +133,17 @@ def top_logprobs(
 @dataclass
 class TokenBitmask:
     """The tokens a step's constrained rows may take: bits[j] is row rows[j]'s mask, one bit
-    per token id, 32 to an int32 word (llguidance's layout); unconstrained rows have none."""
+    per token id, 32 to an int32 word (llguidance's layout), and banned[j] the same unpacked
+    (True: not allowed), made beside the bits off the critical path; unconstrained rows have
+    none."""
 
     rows: list[int]
     bits: torch.Tensor  # [len(rows), ceil(vocab / 32)] int32, on the CPU
+    banned: torch.Tensor  # [len(rows), vocab] bool, on the CPU (pinned where the model is CUDA)
 
     def apply(self, logits: torch.Tensor) -> None:
         """Disallowed tokens' logits to -inf, in place (before anything reads the logits)."""
-        vocab = logits.shape[1]
-        bits = self.bits.to(logits.device, non_blocking=True)
-        shifts = torch.arange(32, dtype=torch.int32, device=logits.device)
-        allowed = ((bits.unsqueeze(-1) >> shifts) & 1).view(len(self.rows), -1)[:, :vocab]
-        banned = allowed == 0
+        banned = self.banned.to(logits.device, non_blocking=True)
         if len(self.rows) == logits.shape[0]:
             logits.masked_fill_(banned, float("-inf"))
         else:
@@ -152,12 +151,10 @@ class TokenBitmask:
             logits[idx] = logits[idx].masked_fill_(banned, float("-inf"))
 
     def allows(self, j: int, token: int) -> bool:
-        word, bit = divmod(token, 32)
-        return bool((int(self.bits[j, word]) >> bit) & 1)
+        return not bool(self.banned[j, token])
 
     def allowed_ids(self, j: int) -> list[int]:
-        shifts = torch.arange(32, dtype=torch.int32)
-        return ((self.bits[j].unsqueeze(-1) >> shifts) & 1).flatten().nonzero()[:, 0].tolist()
+        return (~self.banned[j]).nonzero()[:, 0].tolist()
 
 
 class TokenSampler(Protocol):

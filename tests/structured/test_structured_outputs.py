@@ -16,7 +16,8 @@ from hybridllm import LLM, BeamSearchParams, SamplingParams, StructuredOutputsPa
 from hybridllm.proto import engine_pb2 as pb
 from hybridllm.sequence import SequenceStatus
 from hybridllm.server.proto_convert import request_params_from_proto, sampling_params_to_proto
-from hybridllm.step_types import TokenBitmask
+from hybridllm.structured.grammar import GrammarCompiler
+from hybridllm.structured.masks import GrammarMasks
 
 PERSON = {
     "type": "object",
@@ -86,17 +87,30 @@ def test_the_grammar_travels_as_llguidance_grammar_over_grpc() -> None:
     assert not sampling_params_to_proto(SamplingParams()).grammar
 
 
-def test_bitmask_masks_only_its_rows() -> None:
-    vocab = 70
-    bits = torch.zeros(1, 3, dtype=torch.int32)
-    bits[0, 0] = 1 << 5  # token 5
-    bits[0, 2] = 1 << 1  # token 65
+def test_bitmask_masks_only_its_rows(tokenizer) -> None:
+    vocab = 49152
+    compiler = GrammarCompiler(tokenizer, vocab, (2,))
+    masks = GrammarMasks(vocab, pin_memory=False)
+
+    class Row:  # what the fill reads of a sequence
+        def __init__(self, matcher) -> None:
+            self.matcher, self.num_output_tokens = matcher, 0
+            self.params, self.stop_ids = SamplingParams(), frozenset()
+
+    (matcher,) = compiler.matchers(StructuredOutputsParams(regex="[BD]+").llguidance_grammar(), 1)
+    rows = [Row(None), Row(matcher), Row(None)]
+    bitmask = masks.start(rows).wait()  # type: ignore[arg-type]
+    allowed = bitmask.allowed_ids(0)
+    b, d = tokenizer.token_to_id("B"), tokenizer.token_to_id("D")
+    assert bitmask.rows == [1] and {b, d} <= set(allowed)
+    assert all(re.fullmatch("[BD]+", tokenizer.decode([t])) for t in allowed)
     logits = torch.randn(3, vocab)
     before = logits.clone()
-    TokenBitmask([1], bits).apply(logits)
+    bitmask.apply(logits)
     assert torch.equal(logits[0], before[0]) and torch.equal(logits[2], before[2])
-    assert torch.isfinite(logits[1]).nonzero()[:, 0].tolist() == [5, 65]
-    assert TokenBitmask([1], bits).allowed_ids(0) == [5, 65]
+    assert torch.isfinite(logits[1]).nonzero()[:, 0].tolist() == allowed
+    assert torch.equal(logits[1, allowed], before[1, allowed])
+    assert masks.start(rows[::2]) is None  # no constrained row: nothing to fill
 
 
 # -- each constraint holds -----------------------------------------------------------------

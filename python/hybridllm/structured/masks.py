@@ -9,6 +9,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
 from hybridllm.sequence import Sequence
@@ -34,6 +35,7 @@ class PendingBitmask:
 
 class GrammarMasks:
     def __init__(self, vocab_size: int, pin_memory: bool) -> None:
+        self.vocab_size = vocab_size
         self.words = (vocab_size + 31) // 32
         self.pin_memory = pin_memory
         self._pool: ThreadPoolExecutor | None = None
@@ -75,14 +77,18 @@ class GrammarMasks:
 
         start = time.perf_counter()
         bits = torch.full((len(rows), self.words), -1, dtype=torch.int32)
-        if self.pin_memory:
-            bits = bits.pin_memory()
         fill_next_token_bitmask_par(self._executor, work, bits)
         for row, stop_ids in min_tokens:
             _ban_unless_only(bits[row], stop_ids)
+        # Unpacked here, not in the sampler: one bool per token, bit k of a little-endian
+        # int32 word being token 32 * word + k, as llguidance lays them out.
+        unpacked = np.unpackbits(bits.numpy().view(np.uint8), axis=1, bitorder="little")
+        banned = torch.from_numpy(unpacked[:, : self.vocab_size]) == 0
+        if self.pin_memory:
+            banned = banned.pin_memory()
         self.num_fills += 1
         self.fill_seconds += time.perf_counter() - start
-        return TokenBitmask(rows, bits)
+        return TokenBitmask(rows, bits, banned)
 
 
 def _ban_unless_only(words: torch.Tensor, stop_ids: frozenset[int]) -> None:
