@@ -243,9 +243,9 @@ class LLMEngine:
             if (logprobs := all_logprobs[row]) is not None:
                 seq.output_logprobs.append(logprobs)
                 seq.cumulative_logprob += sampled.sampled_logprobs[row] or 0.0
-            if seq.matcher is not None and self._grammar_ends(seq, token):
-                pass  # finished by its grammar: its text below, then the request's end
-            elif token in seq.stop_ids:  # a stop token id is the stop reason; EOS is none
+            # A constrained sequence's matcher sees every token first (it may end it).
+            by_grammar = seq.matcher is not None and self._grammar_ends(seq, token)
+            if not by_grammar and token in seq.stop_ids:  # a stop token id is the stop reason
                 finish(seq, "stop", token if token in seq.params.stop_token_ids else None)
             stop_str = self.output_processor.update_text(seq) if detokenize else None
             if seq.status is not SequenceStatus.FINISHED:
