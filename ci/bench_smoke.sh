@@ -5,7 +5,8 @@
 # frontend-overhead` (Rust vs Python frontend, mock engine), then `bench embed` (offline
 # embeddings vs sentence-transformers, 64 sentences; served /v1/embeddings, Rust vs Python,
 # mock pooling runner and real model), then `bench beam` (offline beam search vs n=4
-# sampling). Figures are printed against their
+# sampling), then `bench structured` (JSON-schema constrained vs unconstrained decode steps).
+# Figures are printed against their
 # targets; timings never fail this script, only crashes and failed requests do.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -55,4 +56,7 @@ hybridllm bench embed --num-sentences 64 --rounds 1 --serve-requests 400 \
 echo "-- bench beam (offline: beam_width=4 vs n=4 sampling, ignore_eos, same prompts)"
 hybridllm bench beam --num-prompts 4 --input-len 32 --output-len 16 --rounds 1 \
   --result-json "$out/beam.json" | grep -v -e "Loading" -e "INFO"
+echo "-- bench structured (offline: JSON-schema constrained vs unconstrained steps, batch 8)"
+hybridllm bench structured --small --result-json "$out/structured.json" \
+  | grep -v -e "Loading" -e "INFO"
 echo "bench smoke: results in $out"

@@ -14,6 +14,7 @@ _EXPORTS = {
     "LLM": "hybridllm.entrypoints.llm",
     "SamplingParams": "hybridllm.sampling_params",
     "BeamSearchParams": "hybridllm.sampling_params",
+    "StructuredOutputsParams": "hybridllm.sampling_params",
     "BeamSearchOutput": "hybridllm.entrypoints.generate.beam_search.utils",
     "BeamSearchSequence": "hybridllm.entrypoints.generate.beam_search.utils",
     "PoolingParams": "hybridllm.pooling_params",
@@ -25,7 +26,8 @@ _EXPORTS = {
     "EmbeddingOutput": "hybridllm.outputs",
 }
 __all__ = [
-    "LLM", "SamplingParams", "BeamSearchParams", "BeamSearchOutput", "BeamSearchSequence",
+    "LLM", "SamplingParams", "StructuredOutputsParams", "BeamSearchParams", "BeamSearchOutput",
+    "BeamSearchSequence",
     "PoolingParams", "RequestOutput", "CompletionOutput",
     "PoolingRequestOutput", "PoolingOutput", "EmbeddingRequestOutput", "EmbeddingOutput",
 ]
@@ -46,7 +48,11 @@ if TYPE_CHECKING:  # for type checkers only (and no import edge for lint-imports
         RequestOutput,
     )
     from hybridllm.pooling_params import PoolingParams
-    from hybridllm.sampling_params import BeamSearchParams, SamplingParams
+    from hybridllm.sampling_params import (
+        BeamSearchParams,
+        SamplingParams,
+        StructuredOutputsParams,
+    )
 
 
 def __getattr__(name: str) -> Any:

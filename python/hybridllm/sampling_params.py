@@ -2,7 +2,62 @@
 
 from __future__ import annotations
 
+import json as _json
 from dataclasses import dataclass, field
+from typing import Any
+
+_STRUCTURED_FIELDS = ("json", "regex", "choice", "grammar", "json_object")
+
+
+@dataclass
+class StructuredOutputsParams:
+    """A constraint on the output (vLLM's names): exactly one of a JSON schema (dict or its
+    text), a regex, a list of choices, a grammar (llguidance's Lark dialect, or its serialized
+    grammar as the gRPC contract carries it) or any JSON object. Enforced token by token by
+    llguidance in the engine (docs/structured_outputs.md)."""
+
+    json: dict[str, Any] | str | None = None
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = None
+    json_object: bool | None = None
+
+    def __post_init__(self) -> None:
+        given = [f for f in _STRUCTURED_FIELDS if getattr(self, f) not in (None, False)]
+        if len(given) != 1:
+            raise ValueError(
+                "structured_outputs: exactly one of json, regex, choice, grammar or json_object "
+                f"must be set, got {', '.join(given) if given else 'none'}."
+            )
+        if self.choice is not None:
+            if isinstance(self.choice, str) or not self.choice or not all(
+                isinstance(c, str) for c in self.choice
+            ):
+                raise ValueError("structured_outputs.choice must be a non-empty list of strings.")
+            self.choice = list(self.choice)
+        for name in ("regex", "grammar"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise ValueError(f"structured_outputs.{name} must be a non-empty string.")
+
+    def llguidance_grammar(self) -> str:
+        """The grammar in llguidance's serialized form (what LLMatcher compiles and what the
+        gRPC contract carries). Not checked here: the engine compiles it, and refuses it."""
+        from llguidance import LLMatcher  # only requests with a constraint pay the import
+
+        if self.grammar is not None:
+            return self.grammar  # Lark text or a serialized grammar: LLMatcher takes both
+        if self.regex is not None:
+            return LLMatcher.grammar_from_regex(self.regex)
+        if self.choice is not None:
+            # JSON string literals are Lark literals in llguidance's dialect.
+            alternatives = " | ".join(_json.dumps(c) for c in self.choice)
+            return LLMatcher.grammar_from_lark(f"start: {alternatives}")
+        schema = {"type": "object"} if self.json is None else self.json
+        try:
+            return LLMatcher.grammar_from_json_schema(schema)
+        except ValueError as e:
+            raise ValueError(f"structured_outputs.json is not a valid JSON schema: {e}") from e
 
 # Top logprobs per token, at most (the API's limit too: validation.rs's MAX_LOGPROBS).
 MAX_LOGPROBS = 20
@@ -51,6 +106,7 @@ class SamplingParams:
     skip_special_tokens: bool = True
     spaces_between_special_tokens: bool = True
     include_stop_str_in_output: bool = False
+    structured_outputs: StructuredOutputsParams | None = None
 
     def __post_init__(self) -> None:
         if self.top_k == 0:
@@ -92,6 +148,9 @@ class SamplingParams:
         _check(all(t >= 0 for t in self.stop_token_ids), "stop_token_ids",
                "stop_token_ids must be non-negative token ids.")
         _check(all(s for s in self.stop), "stop", "stop strings must not be empty.")
+        _check(self.structured_outputs is None
+               or isinstance(self.structured_outputs, StructuredOutputsParams),
+               "structured_outputs", "structured_outputs must be a StructuredOutputsParams.")
         for bias in (self.logit_bias or {}).values():
             _check(-100.0 <= bias <= 100.0, "logit_bias",
                    f"logit_bias values must be in [-100, 100], got {bias}.")
@@ -112,6 +171,18 @@ class SamplingParams:
             and self.presence_penalty == 0.0
         )
 
+    @property
+    def grammar(self) -> str | None:
+        """The output constraint in llguidance's serialized form, None without one."""
+        so = self.structured_outputs
+        return None if so is None else so.llguidance_grammar()
+
+
+BEAM_WITH_GRAMMAR = (
+    "beam search cannot be combined with structured outputs (structured_outputs): "
+    "use sampling (n, temperature) with a constraint, or beam search without one."
+)
+
 
 @dataclass
 class BeamSearchParams:
@@ -130,8 +201,11 @@ class BeamSearchParams:
     length_penalty: float = 1.0
     include_stop_str_in_output: bool = False
     early_stopping: bool | str = False
+    # Refused when set: kept so the refusal names both features (docs/structured_outputs.md).
+    structured_outputs: StructuredOutputsParams | None = None
 
     def __post_init__(self) -> None:
+        _check(self.structured_outputs is None, "structured_outputs", BEAM_WITH_GRAMMAR)
         _check(isinstance(self.beam_width, int) and self.beam_width >= 1, "beam_width",
                f"beam_width must be at least 1, got {self.beam_width}.")
         _check(isinstance(self.max_tokens, int) and self.max_tokens >= 1, "max_tokens",

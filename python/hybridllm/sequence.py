@@ -7,6 +7,7 @@ import itertools
 import time
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 import torch
 
@@ -97,6 +98,10 @@ class Sequence:
         # (logprob, token id) continuations until the whole group has them.
         self.beam_topk = 0
         self.beam_candidates: tuple[list[float], list[int]] | None = None
+        # The output constraint's llguidance LLMatcher, advanced with each token (None: no
+        # constraint, or finished). Preemption keeps it: the recomputed tokens are the ones
+        # it has already consumed.
+        self.matcher: Any = None
 
     @property
     def num_tokens(self) -> int:
@@ -124,6 +129,7 @@ class Sequence:
         self.status = SequenceStatus.FINISHED
         self.finish_reason = reason
         self.stop_reason = stop_reason
+        self.matcher = None  # freed now: an abort or a stop string ends it mid-grammar
 
     def reset_for_recompute(self) -> None:
         """Preempted: its KV is dropped; prompt and outputs so far are recomputed later."""

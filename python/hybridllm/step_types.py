@@ -130,11 +130,42 @@ def top_logprobs(
     return out
 
 
+@dataclass
+class TokenBitmask:
+    """The tokens a step's constrained rows may take: bits[j] is row rows[j]'s mask, one bit
+    per token id, 32 to an int32 word (llguidance's layout), and banned[j] the same unpacked
+    (True: not allowed), made beside the bits off the critical path; unconstrained rows have
+    none."""
+
+    rows: list[int]
+    bits: torch.Tensor  # [len(rows), ceil(vocab / 32)] int32, on the CPU
+    banned: torch.Tensor  # [len(rows), vocab] bool, on the CPU (pinned where the model is CUDA)
+
+    def apply(self, logits: torch.Tensor) -> None:
+        """Disallowed tokens' logits to -inf, in place (before anything reads the logits)."""
+        banned = self.banned.to(logits.device, non_blocking=True)
+        if len(self.rows) == logits.shape[0]:
+            logits.masked_fill_(banned, float("-inf"))
+        else:
+            idx = torch.tensor(self.rows, device=logits.device)
+            logits[idx] = logits[idx].masked_fill_(banned, float("-inf"))
+
+    def allows(self, j: int, token: int) -> bool:
+        return not bool(self.banned[j, token])
+
+    def allowed_ids(self, j: int) -> list[int]:
+        return (~self.banned[j]).nonzero()[:, 0].tolist()
+
+
 class TokenSampler(Protocol):
     """What the model runner asks of the sampler it is given: one token per row of `logits`
-    (row i belongs to seqs[i]), with logprobs where the row's request asked for them."""
+    (row i belongs to seqs[i]), with logprobs where the row's request asked for them; the
+    rows `bitmask` constrains take only tokens it allows (and their logprobs are of the
+    masked distribution, as vLLM reports them)."""
 
-    def __call__(self, logits: torch.Tensor, seqs: list[Sequence]) -> SamplerOutput: ...
+    def __call__(
+        self, logits: torch.Tensor, seqs: list[Sequence], bitmask: TokenBitmask | None = None
+    ) -> SamplerOutput: ...
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""`hybridllm bench throughput|serve|frontend-overhead|batching|embed|engine-step|soak|beam`."""
+"""`hybridllm bench throughput|serve|frontend-overhead|batching|embed|engine-step|soak|beam|
+structured`."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         frontend_overhead,
         serve,
         soak,
+        structured,
         throughput,
     )
 
@@ -27,3 +29,4 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     engine_step.add_parser(kinds)
     soak.add_parser(kinds)
     beam.add_parser(kinds)
+    structured.add_parser(kinds)

@@ -23,6 +23,7 @@ from hybridllm.sampling import build_sampler
 from hybridllm.sampling_params import BeamSearchParams, ParamError, SamplingParams
 from hybridllm.sequence import Request, Sequence, SequenceStatus, make_generator
 from hybridllm.step_types import SchedulerOutput, StepResult, TokenSampler
+from hybridllm.structured.grammar import GrammarCompiler
 from hybridllm.text.tokenizer import load_tokenizer
 
 
@@ -66,6 +67,9 @@ class LLMEngine:
         self.scheduler = Scheduler(config.scheduler, self.kv)
         self.output_processor = OutputProcessor(self.tokenizer, detokenize)
         self._eos_token_ids = frozenset(config.model.eos_token_ids)
+        self.grammars = GrammarCompiler(
+            self.tokenizer, config.model.vocab_size, tuple(config.model.eos_token_ids)
+        )
         self.beams = BeamGroups(self.scheduler, self._eos_token_ids)
         self.requests: dict[str, Request] = {}
         self.stats = EngineStats()
@@ -119,6 +123,10 @@ class LLMEngine:
         if bad is not None:
             raise ParamError(
                 "logit_bias", f"token_id {bad} in logit_bias is out of vocabulary (size {vocab}).")
+        # Compiled before anything is queued: a grammar that does not compile refuses this
+        # request alone (ValueError: INVALID_ARGUMENT over gRPC).
+        grammar = params.grammar
+        matchers = self.grammars.matchers(grammar, params.n) if grammar is not None else None
         room = self.max_model_len - len(ids)
         request = Request(
             request_id=request_id,
@@ -138,6 +146,8 @@ class LLMEngine:
         for i in range(params.n if beam is None else 0):
             seq = Sequence(request, i, make_generator(params.seed, i))
             seq.stop_ids = stop_ids
+            if matchers is not None:
+                seq.matcher = matchers[i]
             request.seqs.append(seq)
             self.scheduler.add(seq)
         self.requests[request_id] = request
@@ -234,7 +244,9 @@ class LLMEngine:
             if (logprobs := all_logprobs[row]) is not None:
                 seq.output_logprobs.append(logprobs)
                 seq.cumulative_logprob += sampled.sampled_logprobs[row] or 0.0
-            if token in seq.stop_ids:  # a stop token id is the stop reason; EOS is none
+            # A constrained sequence's matcher sees every token first (it may end it).
+            by_grammar = seq.matcher is not None and self._grammar_ends(seq, token)
+            if not by_grammar and token in seq.stop_ids:  # a stop token id is the stop reason
                 finish(seq, "stop", token if token in seq.params.stop_token_ids else None)
             stop_str = self.output_processor.update_text(seq) if detokenize else None
             if seq.status is not SequenceStatus.FINISHED:
@@ -257,6 +269,23 @@ class LLMEngine:
             self.stats.generation_tokens_total += len(request.seqs)
             touched[rid] = request
         return list(beam_requests.values())
+
+    def _grammar_ends(self, seq: Sequence, token: int) -> bool:
+        """The constrained sequence's matcher takes its token; True if that ended it: an
+        EOS the complete grammar accepted (even under ignore_eos), or a token it refuses (a
+        matcher error or a dead end: this sequence alone ends, with the error)."""
+        matcher = seq.matcher
+        # An errored matcher is stopped, and still takes an EOS: ask it.
+        if not matcher.consume_token(token) or matcher.is_error():
+            reason = matcher.get_error().split("\n<state>")[0]  # not its state dump
+            self.scheduler.finish(
+                seq, "error", f"structured_outputs: the output left the grammar at token "
+                f"{token}: {reason or 'no token could continue it'}")
+            return True
+        if token in self._eos_token_ids and matcher.is_stopped():
+            self.scheduler.finish(seq, "stop")
+            return True
+        return False
 
     def _record_prompt_logprobs(self, seq: Sequence, result: StepResult) -> None:
         chunk = result.prompt_logprobs.get(seq.seq_id)

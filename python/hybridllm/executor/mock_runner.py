@@ -21,8 +21,10 @@ from hybridllm.step_types import (
     SamplerOutput,
     SchedulerOutput,
     StepResult,
+    TokenBitmask,
     reaches_end,
 )
+from hybridllm.structured.masks import GrammarMasks
 
 # Ordinary word-piece ids (no special tokens), cycled through by position.
 _FIRST_TOKEN = 1000
@@ -44,6 +46,7 @@ class MockModelRunner:
         self.config = config
         self.step_s = config.args.mock_step_ms / 1000.0
         self.num_blocks = num_kv_blocks(config)
+        self.grammar_masks = GrammarMasks(config.model.vocab_size, pin_memory=False)
 
     def execute(
         self, sched: SchedulerOutput, while_running: Callable[[], None] | None = None
@@ -52,6 +55,8 @@ class MockModelRunner:
         _take_step_time(self.step_s, while_running)
         seqs = [s for s, n in zip(sched.seqs, sched.num_new_tokens) if reaches_end(s, n)]
         tokens = [_FIRST_TOKEN + s.num_tokens % _NUM_TOKENS for s in seqs]
+        if (pending := self.grammar_masks.start(seqs)) is not None:
+            _constrain(tokens, pending.wait())
         logprobs = [None if s.params.logprobs is None else _entry(t, s.params.logprobs)
                     for s, t in zip(seqs, tokens)]
         sampled = [None if e is None else _CHOSEN_LOGPROB for e in logprobs]
@@ -67,6 +72,15 @@ class MockModelRunner:
 
 
 _CHOSEN_LOGPROB = -0.5
+
+
+def _constrain(tokens: list[int], bitmask: TokenBitmask) -> None:
+    """A constrained row keeps its made-up token where the grammar allows it, else takes the
+    lowest allowed id (the EOS when the grammar is complete): the mock accepts grammars."""
+    for j, row in enumerate(bitmask.rows):
+        if not bitmask.allows(j, tokens[row]):
+            allowed = bitmask.allowed_ids(j)
+            tokens[row] = allowed[0] if allowed else 0  # none: the matcher reports its error
 
 
 def _entry(chosen: int, k: int) -> LogprobsDict:

@@ -51,6 +51,7 @@ from hybridllm.step_types import (
     TokenSampler,
     top_logprobs,
 )
+from hybridllm.structured.masks import GrammarMasks
 
 _NUMPY_DTYPES = {torch.int64: np.dtype(np.int64), torch.int32: np.dtype(np.int32)}
 
@@ -115,6 +116,7 @@ class ModelRunner:
         self.device = config.device
         self.block_size = config.args.block_size
         self.sampler = sampler
+        self.grammar_masks = GrammarMasks(config.model.vocab_size, self.device.type == "cuda")
         self.tp: TensorParallelGroup = SINGLE
         self.input_batch = InputBatch(
             config.scheduler.max_num_seqs, -(-config.max_model_len // self.block_size),
@@ -199,6 +201,8 @@ class ModelRunner:
             self.tp.broadcast(StepMessage(bare, logit_rows, sched.blocks_to_copy))
         if sched.blocks_to_copy:
             copy_blocks(self.kv_caches, sched.blocks_to_copy)
+        # The constrained rows' bitmask is filled on a thread during the forward pass.
+        pending_bitmask = self.grammar_masks.start(inputs.sample_seqs)
         overlap = self.device.type == "cuda"
         if while_running is not None and not overlap:
             while_running()
@@ -209,7 +213,8 @@ class ModelRunner:
         prompt_logprobs = self._prompt_logprobs(logits_list[len(sample_group):], inputs)
         if sample_group:
             logits = logits_list[0]
-            sampled = self.sampler(logits, inputs.sample_seqs)
+            bitmask = pending_bitmask.wait() if pending_bitmask is not None else None
+            sampled = self.sampler(logits, inputs.sample_seqs, bitmask)
         else:
             sampled = SamplerOutput([], [], [])
         result = StepResult(sampled, inputs.sample_seqs, prompt_logprobs)

@@ -17,7 +17,7 @@ import torch
 from hybridllm.kernels.sampler_ref import SamplingTensors
 from hybridllm.outputs import LogprobsDict
 from hybridllm.sequence import Sequence
-from hybridllm.step_types import SamplerOutput, top_logprobs
+from hybridllm.step_types import SamplerOutput, TokenBitmask, top_logprobs
 
 _GOLDEN = 0x9E3779B97F4A7C15  # per-sample offset, as core.sequence.make_generator uses
 _SEED_MOD = 2**63
@@ -54,9 +54,13 @@ class GpuSampler:
             return host.pin_memory().to(self.device, non_blocking=True)
         return host.to(self.device)
 
-    def __call__(self, logits: torch.Tensor, seqs: list[Sequence]) -> SamplerOutput:
+    def __call__(
+        self, logits: torch.Tensor, seqs: list[Sequence], bitmask: TokenBitmask | None = None
+    ) -> SamplerOutput:
         """logits: [B, V] fp32, owned by the caller's step (processed in place)."""
         logits = logits.float()
+        if bitmask is not None:
+            bitmask.apply(logits)  # first: the argmax path, the kernel and logprobs see it
         want_lp = [s.params.logprobs is not None for s in seqs]
         raw_logprobs = logits.log_softmax(dim=-1) if any(want_lp) else None
         self._mask_and_bias(logits, seqs)
@@ -90,7 +94,7 @@ class GpuSampler:
         bias_v: list[float] = []
         for i, s in enumerate(seqs):
             p = s.params
-            if s.num_output_tokens < p.min_tokens:
+            if s.num_output_tokens < p.min_tokens and s.matcher is None:  # else in its bitmask
                 stops = list(p.stop_token_ids) + ([] if p.ignore_eos else list(self.eos_token_ids))
                 mask_r += [i] * len(stops)
                 mask_c += stops

@@ -12,7 +12,7 @@ import torch
 from hybridllm.outputs import LogprobsDict
 from hybridllm.sampling import processors
 from hybridllm.sequence import Sequence
-from hybridllm.step_types import SamplerOutput, top_logprobs
+from hybridllm.step_types import SamplerOutput, TokenBitmask, top_logprobs
 
 
 class Sampler:
@@ -21,8 +21,12 @@ class Sampler:
         self.eos_token_ids = eos_token_ids
         self.generator = torch.Generator(device="cpu").manual_seed(seed)
 
-    def __call__(self, logits: torch.Tensor, seqs: list[Sequence]) -> SamplerOutput:
+    def __call__(
+        self, logits: torch.Tensor, seqs: list[Sequence], bitmask: TokenBitmask | None = None
+    ) -> SamplerOutput:
         logits = logits.float()
+        if bitmask is not None:
+            bitmask.apply(logits)  # first: the greedy path and the logprobs see it too
         if all(s.plain_greedy or _plain_greedy(s) for s in seqs):
             # Nothing to change in the logits and nothing to report but the argmax: skip the
             # copy of the [rows, vocab] logits that processing works on.
@@ -49,7 +53,7 @@ class Sampler:
     def _process(self, logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
         for i, s in enumerate(seqs):
             p = s.params
-            if s.num_output_tokens < p.min_tokens:
+            if s.num_output_tokens < p.min_tokens and s.matcher is None:  # else in its bitmask
                 stops = list(p.stop_token_ids) + ([] if p.ignore_eos else list(self.eos_token_ids))
                 logits[i, stops] = processors.NEG_INF
             if p.logit_bias:

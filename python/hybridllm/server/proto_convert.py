@@ -6,7 +6,12 @@ import math
 
 from hybridllm.outputs import LogprobsDict
 from hybridllm.proto import engine_pb2 as pb
-from hybridllm.sampling_params import BeamSearchParams, SamplingParams
+from hybridllm.sampling_params import (
+    BEAM_WITH_GRAMMAR,
+    BeamSearchParams,
+    SamplingParams,
+    StructuredOutputsParams,
+)
 
 _OPTIONAL_FIELDS = (
     "n", "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
@@ -31,6 +36,8 @@ def sampling_params_from_proto(msg: pb.SamplingParams) -> SamplingParams:
     kwargs["stop_token_ids"] = list(msg.stop_token_ids)
     if msg.logit_bias:
         kwargs["logit_bias"] = dict(msg.logit_bias)
+    if msg.grammar:
+        kwargs["structured_outputs"] = StructuredOutputsParams(grammar=msg.grammar)
     return SamplingParams(**kwargs)  # type: ignore[arg-type]
 
 
@@ -38,6 +45,8 @@ def request_params_from_proto(req: pb.GenerateRequest) -> SamplingParams | BeamS
     """A beam search when `beam_search` is set, else the request's sampling parameters."""
     if not req.HasField("beam_search"):
         return sampling_params_from_proto(req.sampling_params)
+    if req.sampling_params.grammar:
+        raise ValueError(BEAM_WITH_GRAMMAR)
     beam = req.beam_search
     return BeamSearchParams(
         beam_width=beam.beam_width,
@@ -66,6 +75,8 @@ def sampling_params_to_proto(params: SamplingParams) -> pb.SamplingParams:
     msg.stop_token_ids.extend(params.stop_token_ids)
     for token, bias in (params.logit_bias or {}).items():
         msg.logit_bias[token] = bias
+    if (grammar := params.grammar) is not None:
+        msg.grammar = grammar
     return msg
 
 

@@ -51,6 +51,8 @@ class ResponseBuilder:
                 delta.stop_token_id = o.stop_reason
             elif o.finish_reason == "stop" and o.stop_reason is None and o.token_ids:
                 delta.stop_token_id = o.token_ids[-1]  # the EOS token
+            elif o.finish_reason == "error":  # this sequence alone (its grammar's dead end)
+                resp.error = str(o.stop_reason)
             sent[o.index] = len(o.token_ids)
 
     def _prompt_info(self, out: RequestOutput) -> pb.PromptInfo:
