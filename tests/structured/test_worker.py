@@ -11,14 +11,15 @@ import grpc
 
 from hybridllm import SamplingParams, StructuredOutputsParams
 from hybridllm.proto import engine_pb2 as pb
-from hybridllm.server.grpc_client import EngineGrpcClient
+from hybridllm.server.engine_client import GrpcEngineClient
 from tests.structured.test_structured_outputs import CODE
 from tests.worker.conftest import worker  # noqa: F401 - the fixture
 from tests.worker.test_generate_stream import StreamCall, tokens_of
 
 
 async def test_bad_grammar_refused_alone_good_one_finishes(worker: str, tokenizer) -> None:  # noqa: F811
-    client = EngineGrpcClient(worker)
+    client = GrpcEngineClient(worker)
+    await client.start()
     ids = tokenizer.encode("Product code:").ids
     good = SamplingParams(temperature=0, max_tokens=24,
                           structured_outputs=StructuredOutputsParams(regex=CODE))
