@@ -22,7 +22,8 @@
 //!   "responses_store_size": 1000,             // /v1/responses objects kept (LRU; 0: none)
 //!   "disable_playground": false,              // no page at GET /
 //!   "max_beam_width": 16,                     // largest n of a use_beam_search request
-//!   "ssl_certfile": null, "ssl_keyfile": null // PEM files: serve HTTPS (rustls)
+//!   "ssl_certfile": null, "ssl_keyfile": null, // PEM files: serve HTTPS (rustls)
+//!   "structured_outputs_config": null         // --structured-outputs-config's JSON object
 //! }
 //! ```
 //! Unknown keys are rejected so that a typo in the launcher fails loudly at start-up.
@@ -31,6 +32,7 @@
 //! /proc/PID/cmdline; the environment only the owner): `HYBRIDLLM_FRONTEND_API_KEYS`, a JSON
 //! list (what the launcher passes), and `HYBRIDLLM_API_KEY`, comma-separated (as an operator
 //! sets it for `serve`, like vLLM's `VLLM_API_KEY`).
+use hybridllm_api::structured::StructuredOptions;
 use serde::Deserialize;
 
 #[derive(Debug, Clone, Deserialize)]
@@ -62,6 +64,8 @@ pub struct ServeConfig {
     pub max_beam_width: u32,
     pub ssl_certfile: Option<String>,
     pub ssl_keyfile: Option<String>,
+    /// vLLM's `--structured-outputs-config` (the core's `StructuredOptions`).
+    pub structured_outputs_config: Option<StructuredOptions>,
 }
 
 impl Default for ServeConfig {
@@ -90,6 +94,7 @@ impl Default for ServeConfig {
             max_beam_width: 16,
             ssl_certfile: None,
             ssl_keyfile: None,
+            structured_outputs_config: None,
         }
     }
 }
@@ -133,7 +138,12 @@ fn env_keys(json: Option<String>, list: Option<String>) -> anyhow::Result<Vec<St
 
 impl ServeConfig {
     pub fn parse(json: &str) -> anyhow::Result<Self> {
-        serde_json::from_str(json).map_err(|e| anyhow::anyhow!("invalid --args-json: {e}"))
+        let c: Self =
+            serde_json::from_str(json).map_err(|e| anyhow::anyhow!("invalid --args-json: {e}"))?;
+        if let Some(s) = &c.structured_outputs_config {
+            s.check()?;
+        }
+        Ok(c)
     }
 
     /// `--args-json` plus the API keys from the environment.
@@ -158,6 +168,7 @@ impl ServeConfig {
             chat_template: self.chat_template.clone(),
             max_tokens_limit: self.max_tokens_limit,
             max_beam_width: self.max_beam_width,
+            structured: self.structured_outputs_config.clone().unwrap_or_default(),
         }
     }
 }

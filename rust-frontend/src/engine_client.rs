@@ -113,8 +113,7 @@ impl From<SamplingParams> for pb::SamplingParams {
             logprobs: p.logprobs,
             prompt_logprobs: p.prompt_logprobs,
             logit_bias: p.logit_bias,
-            // Output constraints are taken offline only so far: the API refuses them (request.rs).
-            grammar: String::new(),
+            grammar: p.grammar.unwrap_or_default(),
         }
     }
 }

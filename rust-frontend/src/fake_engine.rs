@@ -287,6 +287,7 @@ pub fn state(engine: Arc<FakeEngine>) -> Arc<AppState> {
             max_num_seqs: 0,
             hidden_size: 0,
             lowercase_inputs: false,
+            grammars: Err("the test tokenizer has no byte-level vocabulary".into()),
         },
         model_path: String::new(),
         tokenizer_path: String::new(),

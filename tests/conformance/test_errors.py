@@ -130,16 +130,20 @@ CASES: list[tuple[str, str | bytes, int, str | Foreign | None]] = [
      f"631 tokens (31 in the messages, 600 in the completion). Please reduce the length of the "
      "messages or completion."),
     # Documented fields the server does not honour are refused by name, never ignored.
-    (C, '{"messages":' + HI + ',"response_format":{"type":"json_object"}}', 400,
-     "response_format is not supported: structured outputs are not implemented by this server "
-     "yet."),
+    (C, '{"messages":' + HI + ',"structural_tag":"{}"}', 400,
+     "structural_tag is not supported: use response_format or structured_outputs instead."),
+    # Output constraints llguidance cannot enforce (more: tests/conformance/test_structured.py).
+    (C, '{"messages":' + HI + ',"response_format":{"type":"json_schema","json_schema":'
+        '{"name":"x","schema":{"type":"nonsense"}}}}', 400,
+     "response_format.json_schema.schema cannot be enforced: Invalid type: nonsense."),
     (C, '{"messages":' + HI + ',"tools":[{"type":"function","function":{"name":"f"}}],'
         '"tool_choice":"required"}', 400,
      "tools is not supported: tool calling is not implemented by this server yet."),
     (C, '{"messages":' + HI + ',"priority":3}', 400,
      "priority is not supported: this vLLM extension is not implemented by this server yet."),
-    (P, '{"prompt":"a","guided_json":{"type":"object"}}', 400,
-     "guided_json is not supported: structured outputs are not implemented by this server yet."),
+    (P, '{"prompt":"a","guided_json":{"type":"integer","minimum":5,"maximum":1}}', 400,
+     "guided_json cannot be enforced: Unsatisfiable schema: minimum (5) is greater than maximum "
+     "(1)."),
     (C, '{"model":"nope","messages":' + HI + '}', 404, "The model `nope` does not exist."),
     (P, '{"prompt":"a","n":"x","echo":1}', 400, TYPE_ERROR),
     (P, '{"prompt":"a","stream_options":5,"n":"x"}', 400, TYPE_ERROR),

@@ -81,10 +81,10 @@ def test_stream_options_forms() -> None:
 
 
 def test_unhonoured_fields_are_refused_by_name() -> None:
-    e = chat_error_of({"messages": HI, "response_format": {"type": "json_object"}})
-    assert e == {"message": "response_format is not supported: structured outputs are not "
-                            "implemented by this server yet.", "type": "BadRequestError",
-                 "param": "response_format", "code": 400}
+    e = chat_error_of({"messages": HI, "structural_tag": "{}"})
+    assert e == {"message": "structural_tag is not supported: use response_format or "
+                            "structured_outputs instead.", "type": "BadRequestError",
+                 "param": "structural_tag", "code": 400}
     assert chat_error_of({"messages": HI, "tools": [{"type": "function"}]})["param"] == "tools"
     ctx = _context()
     for neutral in ({"response_format": {"type": "text"}}, {"tools": [], "tool_choice": "none"}):

@@ -9,6 +9,7 @@ use crate::prompt::ChatMessage;
 use crate::prompt::TemplateArgs;
 use crate::request::{field_error, FieldError, RequestBody, StreamOptions, Unhonoured};
 use crate::sse::ChunkHead;
+use crate::structured::ConstraintFields;
 use crate::text::tokenizer::Tokenizer;
 use crate::text_deltas::GenEvent;
 use crate::usage::{new_id, now, CompletionUsage, Usage};
@@ -27,6 +28,8 @@ pub struct ChatRequest {
     pub messages: Vec<Value>,
     #[serde(flatten)]
     pub sampling: SamplingRequest,
+    #[serde(flatten)]
+    pub constraints: ConstraintFields,
     pub logprobs: Option<bool>,
     /// With `logprobs: true`.
     pub top_logprobs: Option<i64>,
@@ -38,8 +41,11 @@ pub struct ChatRequest {
 }
 
 impl RequestBody for ChatRequest {
-    const GROUPS: &'static [FieldError] =
-        &[field_error::<SamplingRequest>, field_error::<TemplateArgs>];
+    const GROUPS: &'static [FieldError] = &[
+        field_error::<SamplingRequest>,
+        field_error::<TemplateArgs>,
+        field_error::<ConstraintFields>,
+    ];
     const UNHONOURED: &'static [&'static [Unhonoured]] = crate::request::CHAT_UNHONOURED;
     const BOUNDS: &'static [(&'static str, Bound)] = &[("top_logprobs", LOGPROBS)];
 }
@@ -78,6 +84,7 @@ impl ChatCall {
             ctx.max_num_seqs,
         )?;
         req.sampling.check_max_tokens_limit(ctx.max_tokens_limit)?;
+        params.constrain(req.constraints.constraint()?)?;
         let add_generation_prompt = !req.template.continue_final_message.unwrap_or(false);
         let prompt = ctx.render_prompt(&req.messages, &req.template, add_generation_prompt)?;
         Ok(ChatCall {
@@ -89,12 +96,23 @@ impl ChatCall {
         })
     }
 
+    /// Compiles the output constraint, if any (else `plan` does).
+    pub fn compile_constraint(&mut self, ctx: &ApiContext) -> Result<(), ApiError> {
+        self.params.compile_constraint(ctx)
+    }
+
+    /// Whether a constraint waits to be compiled.
+    pub fn has_constraint(&self) -> bool {
+        self.params.constraint.is_some()
+    }
+
     /// The engine request for the prompt's ids, and the response to build from its events.
     pub fn plan(
-        self,
+        mut self,
         ctx: &ApiContext,
         ids: Vec<u32>,
     ) -> Result<(GenRequest, ChatResponse), ApiError> {
+        self.params.compile_constraint(ctx)?;
         let max_tokens = fit_max_tokens(
             ids.len(),
             self.params.max_tokens,

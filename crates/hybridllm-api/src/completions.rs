@@ -8,6 +8,7 @@ use crate::errors::ApiError;
 use crate::logprobs::CompletionLogprobs;
 use crate::request::{field_error, FieldError, RequestBody, StreamOptions, Unhonoured};
 use crate::sse::ChunkHead;
+use crate::structured::ConstraintFields;
 use crate::text::tokenizer::{DecodeOpts, Tokenizer};
 use crate::text_deltas::GenEvent;
 use crate::usage::{new_id, now, CompletionUsage, Usage};
@@ -28,6 +29,8 @@ pub struct CompletionRequest {
     pub prompt: Value,
     #[serde(flatten)]
     pub sampling: SamplingRequest,
+    #[serde(flatten)]
+    pub constraints: ConstraintFields,
     /// Top logprobs per token.
     pub logprobs: Option<i64>,
     pub echo: Option<bool>,
@@ -39,7 +42,10 @@ pub struct CompletionRequest {
 }
 
 impl RequestBody for CompletionRequest {
-    const GROUPS: &'static [FieldError] = &[field_error::<SamplingRequest>];
+    const GROUPS: &'static [FieldError] = &[
+        field_error::<SamplingRequest>,
+        field_error::<ConstraintFields>,
+    ];
     const UNHONOURED: &'static [&'static [Unhonoured]] = crate::request::COMPLETION_UNHONOURED;
     const BOUNDS: &'static [(&'static str, Bound)] = &[("logprobs", LOGPROBS)];
 }
@@ -127,6 +133,7 @@ impl CompletionCall {
             params.sampling.prompt_logprobs = params.logprobs;
         }
         req.sampling.check_max_tokens_limit(ctx.max_tokens_limit)?;
+        params.constrain(req.constraints.constraint()?)?;
         Ok(CompletionCall {
             prompts: parse_prompts(&req.prompt)?,
             add_special_tokens: req.add_special_tokens.unwrap_or(true),
@@ -138,13 +145,24 @@ impl CompletionCall {
         })
     }
 
+    /// Compiles the output constraint, if any (else `plan` does).
+    pub fn compile_constraint(&mut self, ctx: &ApiContext) -> Result<(), ApiError> {
+        self.params.compile_constraint(ctx)
+    }
+
+    /// Whether a constraint waits to be compiled.
+    pub fn has_constraint(&self) -> bool {
+        self.params.constraint.is_some()
+    }
+
     /// One engine request per prompt, from each prompt's ids (`self.prompts` in order, the
     /// text ones tokenized), and the response to build from their events.
     pub fn plan(
-        self,
+        mut self,
         ctx: &ApiContext,
         ids: Vec<Vec<u32>>,
     ) -> Result<(Vec<GenRequest>, CompletionResponse), ApiError> {
+        self.params.compile_constraint(ctx)?;
         let unset = unset_max_tokens(Some(DEFAULT_COMPLETION_MAX_TOKENS), ctx.max_tokens_limit);
         let id = new_id("cmpl");
         let mut gens = vec![];

@@ -3,6 +3,7 @@
 //! alike), then read-only.
 use crate::errors::ApiError;
 use crate::prompt::{render_chat, TemplateArgs};
+use crate::structured::{GrammarCompiler, StructuredOptions};
 use crate::text::chat_template::ChatTemplate;
 use crate::text::tokenizer::Tokenizer;
 use serde_json::Value;
@@ -33,6 +34,9 @@ pub struct ApiContext {
     pub hidden_size: u32,
     /// The embedding model's tokenizer expects lowercased text (BERT uncased).
     pub lowercase_inputs: bool,
+    /// Structured outputs' compiler, or why this model has none (an embedding model, a
+    /// tokenizer whose vocabulary llguidance cannot read as bytes).
+    pub grammars: Result<Arc<GrammarCompiler>, String>,
 }
 
 /// What the engine worker says of its model (GetModelInfo), in the API's own types.
@@ -65,6 +69,8 @@ pub struct ApiOptions {
     pub chat_template: Option<String>,
     pub max_tokens_limit: Option<u32>,
     pub max_beam_width: u32,
+    /// `--structured-outputs-config`.
+    pub structured: StructuredOptions,
 }
 
 impl ApiOptions {
@@ -107,8 +113,21 @@ impl ApiContext {
                 false => model.served_model_name.clone(),
             });
         }
+        let vocab_size = (model.vocab_size as usize).max(tokenizer.vocab_size());
+        let grammars = match model.embed {
+            true => Err("an embedding model generates no text".to_string()),
+            false => GrammarCompiler::for_tokenizer(
+                &tokenizer,
+                vocab_size,
+                &model.eos_token_ids,
+                o.structured.clone(),
+            )
+            .map(Arc::new)
+            .map_err(|e| format!("its tokenizer's vocabulary cannot be read as bytes ({e})")),
+        };
         Ok(ApiContext {
-            vocab_size: (model.vocab_size as usize).max(tokenizer.vocab_size()),
+            vocab_size,
+            grammars,
             tokenizer: Arc::new(tokenizer),
             template,
             served_names,
@@ -221,6 +240,7 @@ pub(crate) fn test_context() -> ApiContext {
         served_names: vec!["m".into()],
         max_model_len: 32,
         vocab_size: words.len(),
+        grammars: Err("a test context".into()),
         max_tokens_limit: None,
         max_beam_width: 4,
         embed: false,

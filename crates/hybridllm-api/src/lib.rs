@@ -24,6 +24,7 @@ pub mod responses;
 pub mod sampling;
 pub mod sequence_text;
 pub mod sse;
+pub mod structured;
 pub mod text;
 pub mod text_deltas;
 pub mod tokenize;

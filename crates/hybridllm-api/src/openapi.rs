@@ -457,6 +457,7 @@ mod tests {
             names,
             [
                 "#/components/schemas/SamplingRequest",
+                "#/components/schemas/ConstraintFields",
                 "#/components/schemas/TemplateArgs"
             ]
         );

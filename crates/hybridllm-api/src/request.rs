@@ -74,7 +74,6 @@ pub fn text_modality(v: &Value) -> bool {
         .is_some_and(|a| a.iter().all(|m| m.as_str() == Some("text")))
 }
 
-const STRUCTURED: &str = "structured outputs are not implemented by this server yet";
 const TOOLS: &str = "tool calling is not implemented by this server yet";
 const VLLM: &str = "this vLLM extension is not implemented by this server yet";
 
@@ -85,15 +84,9 @@ macro_rules! unhonoured {
     };
 }
 
-/// What constrains the output: structured outputs (vLLM's names and OpenAI's).
+/// Structured outputs' forms that are not served (the others: `structured::ConstraintFields`).
 const OUTPUT_CONSTRAINTS: &[Unhonoured] = unhonoured! {
-    "response_format" => text_format, STRUCTURED;
-    "structured_outputs" => never, STRUCTURED;
-    "guided_json" => never, STRUCTURED;
-    "guided_regex" => never, STRUCTURED;
-    "guided_choice" => never, STRUCTURED;
-    "guided_grammar" => never, STRUCTURED;
-    "structural_tag" => never, STRUCTURED;
+    "structural_tag" => never, "use response_format or structured_outputs instead";
 };
 
 /// vLLM's extensions of both generate endpoints that are not implemented yet.
@@ -304,12 +297,12 @@ mod tests {
                 .starts_with("Invalid request: n: invalid type"),
             "{e}"
         );
-        let e = err(r#"{"response_format": {"type": "json_object"}}"#);
-        assert_eq!(e.body()["error"]["param"], "response_format");
+        let e = err(r#"{"structural_tag": "{}"}"#);
+        assert_eq!(e.body()["error"]["param"], "structural_tag");
         assert_eq!(
             e.to_string(),
-            "response_format is not supported: structured outputs are not implemented by this \
-             server yet."
+            "structural_tag is not supported: use response_format or structured_outputs \
+             instead."
         );
         assert_eq!(
             err(r#"{"tool_choice": "required"}"#).body()["error"]["param"],
@@ -329,8 +322,7 @@ mod tests {
     #[test]
     fn neutral_values_ask_for_nothing() {
         for body in [
-            r#"{"response_format": {"type": "text"}}"#,
-            r#"{"response_format": null, "tools": [], "tool_choice": "none"}"#,
+            r#"{"structural_tag": null, "tools": [], "tool_choice": "none"}"#,
             r#"{"echo": false, "priority": 0, "modalities": ["text"], "bad_words": []}"#,
             r#"{"user": "u", "metadata": {"a": "b"}, "unknown_field": 1}"#,
         ] {

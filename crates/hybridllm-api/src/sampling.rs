@@ -24,6 +24,8 @@ pub struct SamplingParams {
     /// Top logprobs per prompt token.
     pub prompt_logprobs: Option<u32>,
     pub logit_bias: HashMap<u32, f32>,
+    /// The output constraint as llguidance's serialized grammar (`structured::GrammarCompiler`).
+    pub grammar: Option<String>,
 }
 
 /// A beam search: the engine returns `beam_width` sequences, best score first.

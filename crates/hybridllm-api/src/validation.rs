@@ -1,7 +1,9 @@
 //! Sampling-parameter validation shared by chat and completions: every out-of-range value is
 //! a 400 naming the field and its limit, before anything reaches the worker.
+use crate::context::ApiContext;
 use crate::errors::ApiError;
 use crate::sampling::{BeamSearchParams, SamplingParams};
+use crate::structured::Constraint;
 use crate::text::tokenizer::DecodeOpts;
 use serde::Deserialize;
 use serde_json::Value as Json;
@@ -142,6 +144,42 @@ pub struct GenParams {
     pub logprobs: Option<u32>,
     /// A beam search (`use_beam_search`): its parameters; `sampling` then goes unused.
     pub beam: Option<BeamSearchParams>,
+    /// An output constraint not compiled yet (`compile_constraint`); once compiled, its
+    /// grammar is `sampling.grammar`.
+    pub constraint: Option<Constraint>,
+}
+
+impl GenParams {
+    /// Sets the request's constraint (refused with a beam search, naming both).
+    pub fn constrain(&mut self, c: Option<Constraint>) -> Result<(), ApiError> {
+        if let (Some(c), Some(_)) = (&c, &self.beam) {
+            return Err(ApiError::bad_param(
+                &c.param,
+                format!(
+                    "use_beam_search cannot be combined with structured outputs ({}).",
+                    c.param
+                ),
+            ));
+        }
+        self.constraint = c;
+        Ok(())
+    }
+
+    /// Compiles the constraint, if one is pending, into `sampling.grammar` (milliseconds for a
+    /// large schema: each shell calls it where it suits it, else `plan` does).
+    pub fn compile_constraint(&mut self, ctx: &ApiContext) -> Result<(), ApiError> {
+        let Some(c) = self.constraint.take() else {
+            return Ok(());
+        };
+        let compiler = ctx.grammars.as_ref().map_err(|why| {
+            ApiError::bad_param(
+                &c.param,
+                format!("{} is not served for this model: {why}.", c.param),
+            )
+        })?;
+        self.sampling.grammar = Some(compiler.compile(&c)?);
+        Ok(())
+    }
 }
 
 /// One engine request: a prompt's ids and what to generate from them.
@@ -323,6 +361,7 @@ impl SamplingRequest {
             logprobs: logprobs.map(|l| l as u32),
             prompt_logprobs: prompt_logprobs.map(|l| l as u32),
             logit_bias,
+            grammar: None,
         };
         Ok(GenParams {
             sampling,
@@ -336,6 +375,7 @@ impl SamplingRequest {
             },
             logprobs: logprobs.map(|l| l as u32),
             beam: None,
+            constraint: None,
         })
     }
 }

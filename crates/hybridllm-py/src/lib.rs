@@ -26,6 +26,7 @@ use hybridllm_api::responses::{
     ResponsesResponse as CoreResponsesResponse,
 };
 use hybridllm_api::sequence_text::{EngineFinish, SequenceText as CoreSequenceText};
+use hybridllm_api::structured::{GrammarCompiler, StructuredOptions};
 use hybridllm_api::text::chat_template::ChatTemplate as CoreTemplate;
 use hybridllm_api::text::tokenizer::{DecodeOpts, Tokenizer as CoreTokenizer};
 use hybridllm_api::text_deltas::{EngineEvents as CoreEngineEvents, GenEvent};
@@ -297,8 +298,20 @@ impl Context {
             }
             None => None,
         };
+        let grammars = match embed {
+            true => Err("an embedding model generates no text".to_string()),
+            false => GrammarCompiler::for_tokenizer(
+                &tokenizer.inner,
+                vocab_size,
+                &eos_token_ids,
+                StructuredOptions::default(),
+            )
+            .map(Arc::new)
+            .map_err(|e| e.to_string()),
+        };
         Ok(Context {
             inner: Arc::new(ApiContext {
+                grammars,
                 tokenizer: tokenizer.inner.clone(),
                 template,
                 served_names,
@@ -321,7 +334,8 @@ impl Context {
     /// options, as the Rust frontend builds it; raises ValueError saying what failed.
     #[staticmethod]
     #[pyo3(signature = (model_info, *, served_model_name, max_model_len, tokenizer_path,
-                        chat_template, max_tokens_limit, max_beam_width))]
+                        chat_template, max_tokens_limit, max_beam_width,
+                        structured_outputs_config=None))]
     #[allow(clippy::too_many_arguments)]
     fn from_model(
         model_info: &Bound<'_, PyAny>,
@@ -331,8 +345,14 @@ impl Context {
         chat_template: Option<String>,
         max_tokens_limit: Option<u32>,
         max_beam_width: u32,
+        structured_outputs_config: Option<String>,
     ) -> PyResult<Self> {
+        let err = |e: anyhow::Error| PyValueError::new_err(format!("{e:#}"));
+        let structured =
+            StructuredOptions::parse(structured_outputs_config.as_deref().unwrap_or(""))
+                .map_err(err)?;
         let o = ApiOptions {
+            structured,
             served_model_name,
             max_model_len,
             tokenizer_path,
@@ -364,7 +384,6 @@ impl Context {
             lowercase_inputs,
             max_num_seqs
         );
-        let err = |e: anyhow::Error| PyValueError::new_err(format!("{e:#}"));
         let template = o.override_template().map_err(err)?;
         let inner = ApiContext::build(&facts, &o, template).map_err(err)?;
         Ok(Context {
@@ -461,6 +480,9 @@ impl EngineRequest {
         }
         if !s.logit_bias.is_empty() {
             d.set_item("logit_bias", s.logit_bias.clone())?;
+        }
+        if let Some(g) = &s.grammar {
+            d.set_item("grammar", g)?;
         }
         Ok(d)
     }
@@ -627,7 +649,11 @@ impl ChatCall {
     fn new(py: Python<'_>, ctx: &Context, body: &[u8]) -> PyResult<Self> {
         let inner = ctx.inner.clone();
         let call = py
-            .detach(|| parse_body::<ChatRequest>(body).and_then(|r| CoreChatCall::new(&inner, r)))
+            .detach(|| {
+                let mut call = CoreChatCall::new(&inner, parse_body::<ChatRequest>(body)?)?;
+                call.compile_constraint(&inner)?;
+                Ok(call)
+            })
             .map_err(api_error)?;
         Ok(ChatCall {
             prompt: call.prompt.clone(),
@@ -669,8 +695,10 @@ impl CompletionCall {
         let inner = ctx.inner.clone();
         let call = py
             .detach(|| {
-                parse_body::<CompletionRequest>(body)
-                    .and_then(|r| CoreCompletionCall::new(&inner, r))
+                let req = parse_body::<CompletionRequest>(body)?;
+                let mut call = CoreCompletionCall::new(&inner, req)?;
+                call.compile_constraint(&inner)?;
+                Ok(call)
             })
             .map_err(api_error)?;
         Ok(CompletionCall {
@@ -791,14 +819,20 @@ impl ResponsesCall {
     #[new]
     #[pyo3(signature = (ctx, body, store, owner))]
     fn new(
+        py: Python<'_>,
         ctx: &Context,
         body: &[u8],
         store: &ResponseStore,
         owner: Option<String>,
     ) -> PyResult<Self> {
-        let req = parse_body::<ResponsesRequest>(body).map_err(api_error)?;
-        let call =
-            CoreResponsesCall::new(&ctx.inner, req, &store.inner, owner).map_err(api_error)?;
+        let call = py
+            .detach(|| {
+                let req = parse_body::<ResponsesRequest>(body)?;
+                let mut call = CoreResponsesCall::new(&ctx.inner, req, &store.inner, owner)?;
+                call.compile_constraint(&ctx.inner)?;
+                Ok(call)
+            })
+            .map_err(api_error)?;
         Ok(ResponsesCall {
             ctx: ctx.inner.clone(),
             store: store.inner.clone(),
@@ -827,7 +861,7 @@ impl ResponsesCall {
             .call
             .take()
             .ok_or_else(|| PyValueError::new_err("plan() once"))?;
-        let (gen, resp) = call.plan(ids, max_tokens);
+        let (gen, resp) = call.plan(&self.ctx, ids, max_tokens).map_err(api_error)?;
         let collector = (!resp.stream).then(|| Collector::new(1, vec![gen.prompt_ids.len()]));
         Ok((
             EngineRequest::new(gen),

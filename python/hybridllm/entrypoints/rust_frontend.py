@@ -46,6 +46,17 @@ def _positive_int(value: str) -> int:
     return n
 
 
+def _json_object(value: str) -> dict[str, Any]:
+    """A JSON object (its keys are checked by the API core at start-up)."""
+    try:
+        parsed = json.loads(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"expected a JSON object: {e}") from None
+    if not isinstance(parsed, dict):
+        raise argparse.ArgumentTypeError("expected a JSON object")
+    return parsed
+
+
 def _non_negative_int(value: str) -> int:
     n = int(value)
     if n < 0:
@@ -89,6 +100,11 @@ def add_frontend_args(parser: argparse.ArgumentParser) -> None:
         help="Serve no web playground at GET / (it needs no key to load; its calls do).")
     add("--max-beam-width", type=_positive_int, default=16,
         help="Largest n of a use_beam_search request (400 above it).")
+    add("--structured-outputs-config", type=_json_object, default=None,
+        help="vLLM's structured-outputs options, a JSON object: backend (auto, guidance or "
+             "llguidance), disable_any_whitespace, disable_additional_properties, and this "
+             "server's limits max_bytes, max_depth and max_compile_ms (docs/"
+             "structured_outputs.md).")
     add("--ssl-keyfile", default=None, help="PEM private key: serve HTTPS.")
     add("--ssl-certfile", default=None, help="PEM certificate (chain): serve HTTPS.")
     add("--chat-template", default=None, help="A Jinja file overriding the model's template.")
@@ -149,6 +165,7 @@ class ServeOptions:
     max_beam_width: int = 16
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
+    structured_outputs_config: dict[str, Any] | None = None
 
 
 def shutdown_timeout(args: argparse.Namespace) -> float:
@@ -185,6 +202,7 @@ def frontend_options(args: argparse.Namespace) -> ServeOptions:
         max_beam_width=args.max_beam_width,
         ssl_certfile=_abspath(args.ssl_certfile),
         ssl_keyfile=_abspath(args.ssl_keyfile),
+        structured_outputs_config=getattr(args, "structured_outputs_config", None),
     )
 
 

@@ -3,7 +3,7 @@
 //! collected into one body.
 use super::aggregate::collect;
 use super::generate::generate_many;
-use super::prompt::tokenize;
+use super::prompt::{compile_constraint, tokenize};
 use super::request::JsonBody;
 use super::sse::sse_response;
 use super::text_deltas::GenEvent;
@@ -19,7 +19,14 @@ pub async fn handle(
     State(state): State<Arc<AppState>>,
     JsonBody(req): JsonBody<ChatRequest>,
 ) -> Result<Response, HttpError> {
-    let mut call = ChatCall::new(&state.api, req)?;
+    let call = ChatCall::new(&state.api, req)?;
+    let mut call = compile_constraint(
+        &state,
+        call,
+        ChatCall::has_constraint,
+        ChatCall::compile_constraint,
+    )
+    .await?;
     let prompt = std::mem::take(&mut call.prompt);
     let ids = tokenize(&state, prompt, call.add_special_tokens).await?;
     let (gen, resp) = call.plan(&state.api, ids)?;

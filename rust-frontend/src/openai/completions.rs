@@ -3,7 +3,7 @@
 //! engine request per prompt, the events streamed as SSE or collected into one body.
 use super::aggregate::collect;
 use super::generate::generate_many;
-use super::prompt::tokenize;
+use super::prompt::{compile_constraint, tokenize};
 use super::request::JsonBody;
 use super::sse::sse_response;
 use super::text_deltas::GenEvent;
@@ -20,6 +20,13 @@ pub async fn handle(
     JsonBody(req): JsonBody<CompletionRequest>,
 ) -> Result<Response, HttpError> {
     let call = CompletionCall::new(&state.api, req)?;
+    let call = compile_constraint(
+        &state,
+        call,
+        CompletionCall::has_constraint,
+        CompletionCall::compile_constraint,
+    )
+    .await?;
     let mut ids = Vec::with_capacity(call.prompts.len());
     for p in &call.prompts {
         ids.push(match p {

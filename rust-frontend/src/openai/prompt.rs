@@ -1,5 +1,6 @@
 //! Tokenization of prompts (the core renders them: `ApiContext::render_prompt`), off the async
-//! runtime when long. Shared by chat, completions, responses and /tokenize.
+//! runtime when long, and the compiling of output constraints, off it always. Shared by chat,
+//! completions, responses and /tokenize.
 use crate::errors::ApiError;
 use crate::state::AppState;
 use std::sync::Arc;
@@ -21,4 +22,21 @@ pub async fn tokenize(
         .await
         .map_err(|e| ApiError::Internal(e.to_string()))?
         .map_err(ApiError::bad)
+}
+
+/// Compiles a request's output constraint (`has` says whether it has one) off the async
+/// runtime: a large schema takes milliseconds.
+pub async fn compile_constraint<T: Send + 'static>(
+    state: &Arc<AppState>,
+    mut call: T,
+    has: fn(&T) -> bool,
+    compile: fn(&mut T, &hybridllm_api::context::ApiContext) -> Result<(), ApiError>,
+) -> Result<T, ApiError> {
+    if !has(&call) {
+        return Ok(call);
+    }
+    let st = state.clone();
+    tokio::task::spawn_blocking(move || compile(&mut call, &st.api).map(|()| call))
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))?
 }

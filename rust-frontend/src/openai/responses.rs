@@ -3,7 +3,7 @@
 //! /v1/responses/{response_id}, GET /v1/responses/{response_id}/input_items.
 use super::aggregate::collect;
 use super::generate::generate_many;
-use super::prompt::tokenize;
+use super::prompt::{compile_constraint, tokenize};
 use super::request::JsonBody;
 use super::sse::sse_events_response;
 use super::text_deltas::GenEvent;
@@ -31,6 +31,13 @@ pub async fn create(
 ) -> Result<Response, HttpError> {
     let owner = owner(&state, &headers);
     let call = ResponsesCall::new(&state.api, req, &state.responses, owner)?;
+    let call = compile_constraint(
+        &state,
+        call,
+        ResponsesCall::has_constraint,
+        ResponsesCall::compile_constraint,
+    )
+    .await?;
     // With `auto` truncation the oldest turns are dropped until the prompt fits.
     let mut first = 0;
     let (ids, max_tokens) = loop {
@@ -42,7 +49,7 @@ pub async fn create(
         }
     };
     let prompt_len = ids.len();
-    let (gen, mut resp) = call.plan(ids, max_tokens);
+    let (gen, mut resp) = call.plan(&state.api, ids, max_tokens)?;
     let events = generate_many(state.clone(), vec![gen]).await?;
     if resp.stream {
         return Ok(stream_response(state, events, resp));

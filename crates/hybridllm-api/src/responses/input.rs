@@ -1,6 +1,7 @@
 //! The `/v1/responses` request: its fields, those served only in their text-only form, and
 //! its input items read into stored items and chat messages.
 use crate::errors::ApiError;
+use crate::structured::{Constraint, TextFormat};
 use crate::validation::{
     range_i, Bound, SamplingRequest, Stop, MAX_TOKENS, MIN_P, REPETITION_PENALTY, TEMPERATURE,
     TOP_K, TOP_P,
@@ -42,6 +43,7 @@ pub struct ResponsesRequest {
     pub tools: Option<Vec<Value>>,
     pub tool_choice: Option<Value>,
     pub reasoning: Option<Value>,
+    #[schema(value_type = Option<crate::structured::ResponsesText>)]
     pub text: Option<Value>,
     pub include: Option<Vec<Value>>,
     pub top_logprobs: Option<i64>,
@@ -65,7 +67,28 @@ const METADATA_KEY_CHARS: usize = 64;
 const METADATA_VALUE_CHARS: usize = 512;
 
 impl ResponsesRequest {
-    /// Tools, reasoning, background runs, structured text and extra output are not served.
+    /// `text.format` as an output constraint (None: plain text).
+    pub fn text_constraint(&self) -> Result<Option<Constraint>, ApiError> {
+        if self.text.as_ref().is_some_and(|t| !t.is_object() && !t.is_null()) {
+            return Err(ApiError::bad_param("text", "text must be an object."));
+        }
+        match self.text_format() {
+            None => Ok(None),
+            Some(f) => serde_json::from_value::<TextFormat>(f.clone())
+                .map_err(|e| ApiError::bad_param("text.format", format!("text.format: {e}.")))?
+                .constraint(),
+        }
+    }
+
+    /// `text.format` as given (None: unset or null).
+    pub fn text_format(&self) -> Option<&Value> {
+        self.text
+            .as_ref()
+            .and_then(|t| t.get("format"))
+            .filter(|f| !f.is_null())
+    }
+
+    /// Tools, reasoning, background runs and extra output are not served.
     pub fn check_unsupported(&self) -> Result<(), ApiError> {
         let no = |field: &str, why: &str| Err(ApiError::bad_param(field, why));
         if self.background == Some(true) {
@@ -96,22 +119,6 @@ impl ResponsesRequest {
                 "reasoning",
                 "reasoning is not supported: the model has no reasoning options (reasoning must be null).",
             );
-        }
-        if let Some(t) = &self.text {
-            let format = t
-                .as_object()
-                .map(|o| o.get("format").unwrap_or(&Value::Null));
-            let plain = match format {
-                Some(Value::Null) => true,
-                Some(f) => f.get("type").and_then(Value::as_str) == Some("text"),
-                None => t.is_null(),
-            };
-            if !plain {
-                return no(
-                    "text",
-                    "text.format is not supported: only {\"type\": \"text\"} is served.",
-                );
-            }
         }
         if self.include.as_ref().is_some_and(|i| !i.is_empty()) {
             return no(

@@ -57,7 +57,8 @@ impl ResponsesCall {
         let auto_truncate = req.truncation_auto()?;
         req.check_metadata()?;
         let sampling = req.sampling(ctx.max_tokens_limit)?;
-        let params = sampling.validate(None, ctx.vocab_size)?;
+        let mut params = sampling.validate(None, ctx.vocab_size)?;
+        params.constrain(req.text_constraint()?)?;
         let previous = match &req.previous_response_id {
             Some(id) => Some(store.get(id, owner.as_deref()).ok_or_else(|| {
                 ApiError::NotFound(format!("Previous response with id '{id}' not found."))
@@ -110,7 +111,24 @@ impl ResponsesCall {
         }
     }
 
-    pub fn plan(self, ids: Vec<u32>, max_tokens: u32) -> (GenRequest, ResponsesResponse) {
+    /// Compiles `text.format`'s constraint, if any: before `plan`, where it suits the shell.
+    pub fn compile_constraint(&mut self, ctx: &ApiContext) -> Result<(), ApiError> {
+        self.params.compile_constraint(ctx)
+    }
+
+    /// Whether a constraint waits to be compiled.
+    pub fn has_constraint(&self) -> bool {
+        self.params.constraint.is_some()
+    }
+
+    /// The engine request and its response (compiling a constraint still pending).
+    pub fn plan(
+        mut self,
+        ctx: &ApiContext,
+        ids: Vec<u32>,
+        max_tokens: u32,
+    ) -> Result<(GenRequest, ResponsesResponse), ApiError> {
+        self.params.compile_constraint(ctx)?;
         let resp = ResponsesResponse {
             usage: Usage::new(vec![ids.len()]),
             out: Events::new(),
@@ -126,7 +144,7 @@ impl ResponsesCall {
             params: self.params,
             max_tokens,
         };
-        (gen, resp)
+        Ok((gen, resp))
     }
 }
 

@@ -27,6 +27,8 @@ pub struct ResponseHead {
     metadata: Map<String, Value>,
     user: Option<String>,
     tool_choice: Value,
+    /// `text.format` as the request gave it (`{"type": "text"}` by default).
+    text_format: Value,
 }
 
 /// How a response ended: `length` is OpenAI's `incomplete` (max_output_tokens).
@@ -60,7 +62,7 @@ struct Object<'a> {
     tool_choice: &'a Value,
     tools: [u8; 0],
     reasoning: Reasoning,
-    text: TextConfig,
+    text: TextConfig<'a>,
     error: Option<()>,
     status: &'a str,
     incomplete_details: Option<Incomplete>,
@@ -75,16 +77,10 @@ struct Reasoning {
     summary: Option<()>,
 }
 
-/// `{"format": {"type": "text"}}`.
+/// `{"format": ...}`: the request's format.
 #[derive(Serialize)]
-struct TextConfig {
-    format: TextFormat,
-}
-
-#[derive(Serialize)]
-struct TextFormat {
-    #[serde(rename = "type")]
-    kind: &'static str,
+struct TextConfig<'a> {
+    format: &'a Value,
 }
 
 #[derive(Serialize)]
@@ -142,6 +138,10 @@ impl ResponseHead {
             metadata: req.metadata.clone().unwrap_or_default(),
             user: req.user.clone(),
             tool_choice: req.tool_choice.clone().unwrap_or_else(|| json!("auto")),
+            text_format: req
+                .text_format()
+                .cloned()
+                .unwrap_or_else(|| json!({"type": "text"})),
         }
     }
 
@@ -171,7 +171,7 @@ impl ResponseHead {
                 summary: None,
             },
             text: TextConfig {
-                format: TextFormat { kind: "text" },
+                format: &self.text_format,
             },
             error: None,
             status,

@@ -52,6 +52,11 @@ impl Tokenizer {
         }
     }
 
+    /// The tokenizer as its tokenizer.json holds it.
+    pub fn to_json(&self) -> anyhow::Result<serde_json::Value> {
+        serde_json::to_value(&self.inner).map_err(|e| anyhow::anyhow!("tokenizer JSON: {e}"))
+    }
+
     /// Special tokens the post-processor adds to one sequence ([CLS] and [SEP]: 2).
     pub fn num_special_tokens(&self) -> usize {
         self.inner

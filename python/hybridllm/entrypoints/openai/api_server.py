@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import signal
 import socket
@@ -44,7 +45,8 @@ async def build_state(engine: EngineClient, options: ServeOptions) -> AppState:
             info, served_model_name=list(options.served_model_name),
             max_model_len=options.max_model_len, tokenizer_path=options.tokenizer_path,
             chat_template=options.chat_template, max_tokens_limit=options.max_tokens_limit,
-            max_beam_width=options.max_beam_width)
+            max_beam_width=options.max_beam_width,
+            structured_outputs_config=json.dumps(options.structured_outputs_config))
     except ValueError as e:
         raise RuntimeError(str(e)) from None
     state = AppState(

@@ -245,7 +245,11 @@ async fn unsupported_fields_are_refused_by_name() {
         (json!({"tools": [{"type": "web_search"}]}), "tools"),
         (json!({"tool_choice": "required"}), "tool_choice"),
         (json!({"reasoning": {"effort": "low"}}), "reasoning"),
-        (json!({"text": {"format": {"type": "json_object"}}}), "text"),
+        // A format without its schema (the served forms: tests/conformance/test_structured.py).
+        (
+            json!({"text": {"format": {"type": "json_schema"}}}),
+            "text.format",
+        ),
         (
             json!({"include": ["reasoning.encrypted_content"]}),
             "include",
