@@ -22,42 +22,24 @@ class StructuredOutputsParams:
     grammar: str | None = None
     json_object: bool | None = None
 
+    # llguidance's serialized grammar, written by the API core from the fields above.
+    _grammar: str = field(default="", init=False, repr=False, compare=False)
+
     def __post_init__(self) -> None:
-        given = [f for f in _STRUCTURED_FIELDS if getattr(self, f) not in (None, False)]
-        if len(given) != 1:
-            raise ValueError(
-                "structured_outputs: exactly one of json, regex, choice, grammar or json_object "
-                f"must be set, got {', '.join(given) if given else 'none'}."
-            )
-        if self.choice is not None:
-            if isinstance(self.choice, str) or not self.choice or not all(
-                isinstance(c, str) for c in self.choice
-            ):
-                raise ValueError("structured_outputs.choice must be a non-empty list of strings.")
-            self.choice = list(self.choice)
-        for name in ("regex", "grammar"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, str) or not value):
-                raise ValueError(f"structured_outputs.{name} must be a non-empty string.")
+        from hybridllm import _api  # the API core: the same rules as a served request's
+
+        fields = {f: getattr(self, f) for f in _STRUCTURED_FIELDS if getattr(self, f) is not None}
+        try:
+            self._grammar = _api.structured_grammar(_json.dumps(fields))
+        except TypeError as e:  # not JSON at all (a set, an object): the field's type is wrong
+            raise ValueError(f"structured_outputs: {e}") from None
 
     def llguidance_grammar(self) -> str:
         """The grammar in llguidance's serialized form (what LLMatcher compiles and what the
-        gRPC contract carries). Not checked here: the engine compiles it, and refuses it."""
-        from llguidance import LLMatcher  # only requests with a constraint pay the import
+        gRPC contract carries), as the API core writes it for a served request. Not compiled
+        here: the engine compiles it, and refuses what llguidance cannot enforce."""
+        return self._grammar
 
-        if self.grammar is not None:
-            return self.grammar  # Lark text or a serialized grammar: LLMatcher takes both
-        if self.regex is not None:
-            return LLMatcher.grammar_from_regex(self.regex)
-        if self.choice is not None:
-            # JSON string literals are Lark literals in llguidance's dialect.
-            alternatives = " | ".join(_json.dumps(c) for c in self.choice)
-            return LLMatcher.grammar_from_lark(f"start: {alternatives}")
-        schema = {"type": "object"} if self.json is None else self.json
-        try:
-            return LLMatcher.grammar_from_json_schema(schema)
-        except ValueError as e:
-            raise ValueError(f"structured_outputs.json is not a valid JSON schema: {e}") from e
 
 # Top logprobs per token, at most (the API's limit too: validation.rs's MAX_LOGPROBS).
 MAX_LOGPROBS = 20

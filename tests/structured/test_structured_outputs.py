@@ -50,13 +50,18 @@ def constrained(so: StructuredOutputsParams, **kw) -> SamplingParams:
 
 
 def test_exactly_one_constraint_is_required() -> None:
-    with pytest.raises(ValueError, match="exactly one of json, regex, choice, grammar or "
-                       "json_object must be set, got json, regex"):
+    # The API core's rules and messages, as for a served request.
+    with pytest.raises(ValueError, match=r"^structured_outputs must set exactly one of json, "
+                       r"regex, choice, grammar or json_object, got json, regex\.$"):
         StructuredOutputsParams(json=PERSON, regex=CODE)
     with pytest.raises(ValueError, match="got none"):
         StructuredOutputsParams()
-    with pytest.raises(ValueError, match="choice must be a non-empty list of strings"):
+    with pytest.raises(ValueError, match=r'^structured_outputs: invalid type: string "yes", '
+                       r"expected a sequence\.$"):
         StructuredOutputsParams(choice="yes")
+    with pytest.raises(ValueError, match=r"^structured_outputs\.choice must be a non-empty "
+                       r"list of strings\.$"):
+        StructuredOutputsParams(choice=[])
     with pytest.raises(ValueError, match="must be a StructuredOutputsParams"):
         SamplingParams(structured_outputs={"regex": CODE})  # type: ignore[arg-type]
 
@@ -80,7 +85,9 @@ def test_the_grammar_travels_as_llguidance_grammar_over_grpc() -> None:
     so = StructuredOutputsParams(json=PERSON)
     msg = sampling_params_to_proto(constrained(so))
     assert json.loads(msg.grammar) == json.loads(so.llguidance_grammar())
-    assert json.loads(msg.grammar)["grammars"][0]["json_schema"] == PERSON
+    # The core writes the JSON options out (vLLM's default: flexible whitespace).
+    assert json.loads(msg.grammar)["grammars"][0]["json_schema"] == {
+        **PERSON, "x-guidance": {"whitespace_flexible": True}}
     back = request_params_from_proto(pb.GenerateRequest(sampling_params=msg))
     assert isinstance(back, SamplingParams)
     assert back.grammar == msg.grammar
@@ -212,6 +219,15 @@ def test_bad_grammar_refuses_that_request_alone(llm: LLM) -> None:
             outs[o.request_id] = o
     good = outs["good"].outputs[0]
     assert good.finish_reason == "stop" and re.fullmatch(CODE, good.text)
+
+
+def test_a_refused_grammar_in_a_batch_leaves_nothing_queued(llm: LLM) -> None:
+    """LLM.generate refuses the call, and the prompts added before the bad one are dropped."""
+    bad = StructuredOutputsParams(regex="(ab")
+    with pytest.raises(ValueError, match="unclosed group"):
+        llm.generate(["a", "b", "c"], [constrained(StructuredOutputsParams(regex=CODE))] * 2
+                     + [constrained(bad)], use_tqdm=False)
+    assert not llm.engine.has_unfinished_requests() and not llm.engine.requests
 
 
 def test_dead_end_ends_that_sequence_alone_with_an_error(llm: LLM) -> None:

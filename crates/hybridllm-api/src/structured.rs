@@ -171,6 +171,14 @@ fn json_schema_format(param: &str, f: &JsonSchemaFormat) -> Result<Constraint, A
 }
 
 impl StructuredOutputs {
+    /// vLLM's offline `StructuredOutputsParams` (these fields) as llguidance's serialized
+    /// grammar under the default options: what the offline engine compiles, so that offline
+    /// and served requests get the same grammar.
+    pub fn serialized_grammar(&self) -> Result<String, ApiError> {
+        let g = self.constraint()?.grammar(&StructuredOptions::default())?;
+        serde_json::to_string(&g).map_err(|e| ApiError::Internal(e.to_string()))
+    }
+
     fn constraint(&self) -> Result<Constraint, ApiError> {
         const P: &str = "structured_outputs";
         let mut set: Vec<(&str, Kind)> = vec![];
@@ -390,6 +398,76 @@ fn close_objects(v: &mut Value) {
     }
 }
 
+impl Constraint {
+    /// The constraint as llguidance's grammar, under the options (not compiled).
+    pub fn grammar(&self, o: &StructuredOptions) -> Result<TopLevelGrammar, ApiError> {
+        let (c, p) = (self, self.param.as_str());
+        Ok(match &c.kind {
+            Kind::Json(schema) => {
+                let mut schema = match schema {
+                    Value::Object(_) => schema.clone(),
+                    // `true` allows any JSON value; `false`, none.
+                    Value::Bool(true) => json!({}),
+                    Value::Bool(false) => {
+                        return Err(bad(p, format!("{p} is false: no output satisfies it.")))
+                    }
+                    _ => {
+                        return Err(bad(
+                            p,
+                            format!("{p} must be a JSON schema (an object), got {schema}."),
+                        ))
+                    }
+                };
+                let d = depth(&schema, o.max_depth + 1);
+                if d > o.max_depth {
+                    return Err(bad(
+                        p,
+                        format!("{p} must nest at most {} levels deep.", o.max_depth),
+                    ));
+                }
+                if c.disable_additional_properties
+                    .unwrap_or(o.disable_additional_properties)
+                {
+                    close_objects(&mut schema);
+                }
+                let mut x = json!({
+                    "whitespace_flexible": !c.disable_any_whitespace.unwrap_or(o.disable_any_whitespace),
+                });
+                if let Some(w) = &c.whitespace_pattern {
+                    x["whitespace_pattern"] = json!(w);
+                }
+                if let Some(own) = schema.get("x-guidance") {
+                    llguidance::json_merge(&mut x, own);
+                }
+                schema["x-guidance"] = x;
+                TopLevelGrammar::from_json_schema(schema)
+            }
+            Kind::JsonObject => {
+                let ws = !c.disable_any_whitespace.unwrap_or(o.disable_any_whitespace);
+                TopLevelGrammar::from_json_schema(
+                    json!({"type": "object", "x-guidance": {"whitespace_flexible": ws}}),
+                )
+            }
+            Kind::Regex(r) => {
+                if r.is_empty() {
+                    return Err(bad(p, format!("{p} must not be empty.")));
+                }
+                TopLevelGrammar::from_regex(r)
+            }
+            Kind::Choice(cs) => {
+                if cs.is_empty() {
+                    return Err(bad(p, format!("{p} must be a non-empty list of strings.")));
+                }
+                // JSON string literals are literals in llguidance's Lark dialect.
+                let alternatives: Vec<String> = cs.iter().map(|s| json!(s).to_string()).collect();
+                TopLevelGrammar::from_lark(format!("start: {}", alternatives.join(" | ")))
+            }
+            Kind::Grammar(g) => TopLevelGrammar::from_lark_or_grammar_list(g)
+                .map_err(|e| bad(p, format!("{p} is not a grammar llguidance reads: {e}.")))?,
+        })
+    }
+}
+
 /// Compiles constraints against the model's vocabulary: one per server, shared by requests.
 pub struct GrammarCompiler {
     factory: ParserFactory,
@@ -454,69 +532,7 @@ impl GrammarCompiler {
                 format!("{p} must be at most {} bytes, got {bytes}.", o.max_bytes),
             ));
         }
-        let grammar = match &c.kind {
-            Kind::Json(schema) => {
-                let mut schema = match schema {
-                    Value::Object(_) => schema.clone(),
-                    // `true` allows any JSON value; `false`, none.
-                    Value::Bool(true) => json!({}),
-                    Value::Bool(false) => {
-                        return Err(bad(p, format!("{p} is false: no output satisfies it.")))
-                    }
-                    _ => {
-                        return Err(bad(
-                            p,
-                            format!("{p} must be a JSON schema (an object), got {schema}."),
-                        ))
-                    }
-                };
-                let d = depth(&schema, o.max_depth + 1);
-                if d > o.max_depth {
-                    return Err(bad(
-                        p,
-                        format!("{p} must nest at most {} levels deep.", o.max_depth),
-                    ));
-                }
-                if c.disable_additional_properties
-                    .unwrap_or(o.disable_additional_properties)
-                {
-                    close_objects(&mut schema);
-                }
-                let mut x = json!({
-                    "whitespace_flexible": !c.disable_any_whitespace.unwrap_or(o.disable_any_whitespace),
-                });
-                if let Some(w) = &c.whitespace_pattern {
-                    x["whitespace_pattern"] = json!(w);
-                }
-                if let Some(own) = schema.get("x-guidance") {
-                    llguidance::json_merge(&mut x, own);
-                }
-                schema["x-guidance"] = x;
-                TopLevelGrammar::from_json_schema(schema)
-            }
-            Kind::JsonObject => {
-                let ws = !c.disable_any_whitespace.unwrap_or(o.disable_any_whitespace);
-                TopLevelGrammar::from_json_schema(
-                    json!({"type": "object", "x-guidance": {"whitespace_flexible": ws}}),
-                )
-            }
-            Kind::Regex(r) => {
-                if r.is_empty() {
-                    return Err(bad(p, format!("{p} must not be empty.")));
-                }
-                TopLevelGrammar::from_regex(r)
-            }
-            Kind::Choice(cs) => {
-                if cs.is_empty() {
-                    return Err(bad(p, format!("{p} must be a non-empty list of strings.")));
-                }
-                // JSON string literals are literals in llguidance's Lark dialect.
-                let alternatives: Vec<String> = cs.iter().map(|s| json!(s).to_string()).collect();
-                TopLevelGrammar::from_lark(format!("start: {}", alternatives.join(" | ")))
-            }
-            Kind::Grammar(g) => TopLevelGrammar::from_lark_or_grammar_list(g)
-                .map_err(|e| bad(p, format!("{p} is not a grammar llguidance reads: {e}.")))?,
-        };
+        let grammar = c.grammar(o)?;
         let serialized =
             serde_json::to_string(&grammar).map_err(|e| ApiError::Internal(e.to_string()))?;
         let start = Instant::now();

@@ -26,7 +26,7 @@ use hybridllm_api::responses::{
     ResponsesResponse as CoreResponsesResponse,
 };
 use hybridllm_api::sequence_text::{EngineFinish, SequenceText as CoreSequenceText};
-use hybridllm_api::structured::{GrammarCompiler, StructuredOptions};
+use hybridllm_api::structured::{GrammarCompiler, StructuredOptions, StructuredOutputs};
 use hybridllm_api::text::chat_template::ChatTemplate as CoreTemplate;
 use hybridllm_api::text::tokenizer::{DecodeOpts, Tokenizer as CoreTokenizer};
 use hybridllm_api::text_deltas::{EngineEvents as CoreEngineEvents, GenEvent};
@@ -736,6 +736,20 @@ impl CompletionCall {
     }
 }
 
+/// StructuredOutputsParams' fields (a JSON object) as llguidance's serialized grammar, by the
+/// core's rules, as a served request's (raises ValueError with the core's message).
+#[pyfunction]
+fn structured_grammar(fields: &str) -> PyResult<String> {
+    let so: StructuredOutputs = serde_json::from_str(fields).map_err(|e| {
+        // serde's position is in JSON the caller never wrote.
+        let e = e.to_string();
+        let e = e.split(" at line ").next().unwrap_or_default().to_string();
+        PyValueError::new_err(format!("structured_outputs: {e}."))
+    })?;
+    so.serialized_grammar()
+        .map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
 /// The error body (JSON) and headers of a refusal the shell makes itself (its HTTP limits, an
 /// engine error it mapped), as the core writes every refusal.
 #[pyfunction]
@@ -1326,6 +1340,7 @@ fn _api(m: &Bound<'_, PyModule>) -> PyResult<()> {
             }
         })
     });
+    m.add_function(wrap_pyfunction!(structured_grammar, m)?)?;
     m.add_function(wrap_pyfunction!(check_headers, m)?)?;
     m.add_function(wrap_pyfunction!(check_json_content_type, m)?)?;
     m.add_function(wrap_pyfunction!(check_body_size, m)?)?;

@@ -62,11 +62,18 @@ class OfflineInferenceMixin:
                     f"got {len(params)} sampling_params for {len(batch)} prompts; "
                     "give one, or one per prompt."
                 )
-        ids = []
-        for prompt, p in zip(batch, params):
-            rid = str(next(self._counter))
-            engine.add_request(rid, prompt, p)
-            ids.append(rid)
+        ids: list[str] = []
+        try:
+            for prompt, p in zip(batch, params):
+                rid = str(next(self._counter))
+                engine.add_request(rid, prompt, p)
+                ids.append(rid)
+        except BaseException:
+            # One refused request (a grammar that does not compile, say) refuses the call:
+            # the ones already added are dropped, not left to run with a later call.
+            engine.abort_request(ids)
+            self._run(ids, use_tqdm=False)  # their final (aborted) outputs: nothing left
+            raise
         return self._run(ids, use_tqdm)
 
     def chat(

@@ -69,7 +69,11 @@ const METADATA_VALUE_CHARS: usize = 512;
 impl ResponsesRequest {
     /// `text.format` as an output constraint (None: plain text).
     pub fn text_constraint(&self) -> Result<Option<Constraint>, ApiError> {
-        if self.text.as_ref().is_some_and(|t| !t.is_object() && !t.is_null()) {
+        if self
+            .text
+            .as_ref()
+            .is_some_and(|t| !t.is_object() && !t.is_null())
+        {
             return Err(ApiError::bad_param("text", "text must be an object."));
         }
         match self.text_format() {
