@@ -56,7 +56,9 @@ hybridllm bench embed --num-sentences 64 --rounds 1 --serve-requests 400 \
 echo "-- bench beam (offline: beam_width=4 vs n=4 sampling, ignore_eos, same prompts)"
 hybridllm bench beam --num-prompts 4 --input-len 32 --output-len 16 --rounds 1 \
   --result-json "$out/beam.json" | grep -v -e "Loading" -e "INFO"
-echo "-- bench structured (offline: JSON-schema constrained vs unconstrained steps, batch 8)"
-hybridllm bench structured --small --result-json "$out/structured.json" \
+echo "-- bench structured (offline: JSON-schema constrained vs unconstrained steps, batch 8;"
+echo "   compiles over JSONSchemaBench; served: TTFT added by a schema, Rust frontend)"
+hybridllm bench structured --small --served --corpus tests/data/jsonschemabench \
+  --result-json "$out/structured.json" \
   | grep -v -e "Loading" -e "INFO"
 echo "bench smoke: results in $out"

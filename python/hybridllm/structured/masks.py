@@ -73,11 +73,14 @@ class GrammarMasks:
         self, rows: list[int], work: list[tuple[LLMatcher, int]],
         min_tokens: list[tuple[int, frozenset[int]]],
     ) -> TokenBitmask:
-        from llguidance.torch import fill_next_token_bitmask_par
+        # llguidance.numpy, not llguidance.torch: the latter's import pulls in torch.compile
+        # (seconds, on the first constrained request).
+        from llguidance.numpy import fill_next_token_bitmask_par
 
         start = time.perf_counter()
-        bits = torch.full((len(rows), self.words), -1, dtype=torch.int32)
-        fill_next_token_bitmask_par(self._executor, work, bits)
+        array = np.full((len(rows), self.words), -1, dtype=np.int32)
+        fill_next_token_bitmask_par(self._executor, work, array)
+        bits = torch.from_numpy(array)
         for row, stop_ids in min_tokens:
             _ban_unless_only(bits[row], stop_ids)
         # Unpacked here, not in the sampler: one bool per token, bit k of a little-endian
