@@ -13,7 +13,9 @@ use crate::structured::ConstraintFields;
 use crate::text::tokenizer::Tokenizer;
 use crate::text_deltas::GenEvent;
 use crate::usage::{new_id, now, CompletionUsage, Usage};
-use crate::validation::{fit_max_tokens, Bound, GenParams, GenRequest, SamplingRequest, LOGPROBS};
+use crate::validation::{
+    fit_max_tokens, truncation_limit, Bound, GenParams, GenRequest, SamplingRequest, LOGPROBS,
+};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -38,6 +40,8 @@ pub struct ChatRequest {
     #[serde(flatten)]
     pub template: TemplateArgs,
     pub add_special_tokens: Option<bool>,
+    /// vLLM's: the reply starts with the last message when it has the reply's role.
+    pub echo: Option<bool>,
 }
 
 impl RequestBody for ChatRequest {
@@ -58,6 +62,29 @@ pub struct ChatCall {
     params: GenParams,
     stream: bool,
     include_usage: bool,
+    /// The text the reply starts with (`echo`).
+    echo: String,
+}
+
+/// vLLM's chat `echo`: the last message's text when its role is the reply's (`assistant`,
+/// or the last message's own without a generation prompt), else nothing.
+fn echoed(messages: &[Value], add_generation_prompt: bool) -> String {
+    let Some(last) = messages.last() else {
+        return String::new();
+    };
+    let role = last.get("role").and_then(Value::as_str);
+    if add_generation_prompt && role != Some("assistant") {
+        return String::new();
+    }
+    match last.get("content") {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
 }
 
 impl ChatCall {
@@ -85,14 +112,26 @@ impl ChatCall {
         )?;
         req.sampling.check_max_tokens_limit(ctx.max_tokens_limit)?;
         params.constrain(req.constraints.constraint()?)?;
+        params.truncate = truncation_limit(
+            req.sampling.truncate_prompt_tokens,
+            ctx.max_model_len as usize,
+        )?;
         let add_generation_prompt = !req.template.continue_final_message.unwrap_or(false);
         let prompt = ctx.render_prompt(&req.messages, &req.template, add_generation_prompt)?;
+        let echo = match req.echo.unwrap_or(false) {
+            true => echoed(
+                &req.messages,
+                req.template.add_generation_prompt.unwrap_or(true) && add_generation_prompt,
+            ),
+            false => String::new(),
+        };
         Ok(ChatCall {
             prompt,
             add_special_tokens: req.add_special_tokens.unwrap_or(false),
             params,
             stream,
             include_usage: req.stream_options.is_some_and(|o| o.include_usage),
+            echo,
         })
     }
 
@@ -113,6 +152,7 @@ impl ChatCall {
         ids: Vec<u32>,
     ) -> Result<(GenRequest, ChatResponse), ApiError> {
         self.params.compile_constraint(ctx)?;
+        let ids = self.params.truncate(ids);
         let max_tokens = fit_max_tokens(
             ids.len(),
             self.params.max_tokens,
@@ -129,6 +169,8 @@ impl ChatCall {
         let resp = ChatResponse {
             n: self.params.n,
             logprobs: self.params.logprobs,
+            tokens_as_ids: self.params.tokens_as_ids,
+            echo: self.echo,
             stream: self.stream,
             usage: Usage::new(vec![ids.len()]),
             head,
@@ -171,31 +213,41 @@ pub struct ChatResponse {
     pub n: u32,
     /// Top logprobs per token, when asked for.
     pub logprobs: Option<u32>,
+    /// `return_tokens_as_token_ids`.
+    tokens_as_ids: bool,
+    /// What each choice starts with (`echo`).
+    echo: String,
     pub stream: bool,
     usage: Usage,
 }
 
 impl ChatResponse {
+    /// A role chunk per choice, then the echo's chunk per choice when there is one.
     pub fn opening(&self) -> Vec<Bytes> {
-        (0..self.n)
-            .map(|i| {
-                self.head.frame(&[ChoiceDelta {
-                    index: i,
-                    delta: Delta {
-                        role: Some("assistant"),
-                        content: Some(""),
-                    },
-                    logprobs: &Value::Null,
-                    finish_reason: None,
-                    stop_reason: None,
-                }])
-            })
-            .collect()
+        let first = |i: u32, role: Option<&'static str>, content: &str| {
+            self.head.frame(&[ChoiceDelta {
+                index: i,
+                delta: Delta {
+                    role,
+                    content: Some(content),
+                },
+                logprobs: &Value::Null,
+                finish_reason: None,
+                stop_reason: None,
+            }])
+        };
+        let mut frames: Vec<Bytes> = (0..self.n)
+            .map(|i| first(i, Some("assistant"), ""))
+            .collect();
+        if !self.echo.is_empty() {
+            frames.extend((0..self.n).map(|i| first(i, None, &self.echo)));
+        }
+        frames
     }
 
     fn logprobs_json(&self, tok: &Tokenizer, lps: &[crate::engine_io::PositionLogprobs]) -> Value {
         match self.logprobs {
-            Some(top_n) => json!({"content": chat_content(tok, lps, top_n)}),
+            Some(top_n) => json!({"content": chat_content(tok, lps, top_n, self.tokens_as_ids)}),
             None => Value::Null,
         }
     }
@@ -249,7 +301,7 @@ impl ChatResponse {
                 index: i,
                 message: AssistantMessage {
                     role: "assistant",
-                    content: choice.text,
+                    content: format!("{}{}", self.echo, choice.text),
                     tool_calls: vec![],
                 },
                 logprobs: self.logprobs_json(tok, &choice.logprobs),

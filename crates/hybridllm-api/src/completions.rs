@@ -13,8 +13,8 @@ use crate::text::tokenizer::{DecodeOpts, Tokenizer};
 use crate::text_deltas::GenEvent;
 use crate::usage::{new_id, now, CompletionUsage, Usage};
 use crate::validation::{
-    fit_max_tokens, unset_max_tokens, Bound, GenParams, GenRequest, SamplingRequest,
-    DEFAULT_COMPLETION_MAX_TOKENS, LOGPROBS,
+    fit_max_tokens, truncation_limit, unset_max_tokens, Bound, GenParams, GenRequest,
+    SamplingRequest, DEFAULT_COMPLETION_MAX_TOKENS, LOGPROBS,
 };
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -134,6 +134,10 @@ impl CompletionCall {
         }
         req.sampling.check_max_tokens_limit(ctx.max_tokens_limit)?;
         params.constrain(req.constraints.constraint()?)?;
+        params.truncate = truncation_limit(
+            req.sampling.truncate_prompt_tokens,
+            ctx.max_model_len as usize,
+        )?;
         Ok(CompletionCall {
             prompts: parse_prompts(&req.prompt)?,
             add_special_tokens: req.add_special_tokens.unwrap_or(true),
@@ -168,6 +172,7 @@ impl CompletionCall {
         let mut gens = vec![];
         let mut echoes = vec![];
         for (i, (prompt, ids)) in self.prompts.into_iter().zip(ids).enumerate() {
+            let ids = self.params.truncate(ids);
             let text = match prompt {
                 Prompt::Text(t) => t,
                 Prompt::Ids(_) => {
@@ -214,6 +219,7 @@ impl CompletionCall {
             echoes,
             echo: self.echo,
             logprobs: self.params.logprobs,
+            tokens_as_ids: self.params.tokens_as_ids,
             echo_logprobs: self.echo_logprobs,
             stream: self.stream,
         };
@@ -241,6 +247,8 @@ pub struct CompletionResponse {
     echoes: Vec<String>,
     echo: bool,
     pub logprobs: Option<u32>,
+    /// `return_tokens_as_token_ids`.
+    tokens_as_ids: bool,
     /// The echo carries the prompt's logprobs, so it waits for the engine's prompt facts.
     echo_logprobs: bool,
     pub stream: bool,
@@ -281,7 +289,7 @@ impl CompletionResponse {
                 let mut frames = vec![];
                 for j in 0..self.n {
                     let ci = p * self.n + j;
-                    let mut lp = CompletionLogprobs::default();
+                    let mut lp = CompletionLogprobs::new(self.tokens_as_ids);
                     for x in &info.prompt_logprobs {
                         lp.push(tok, x, self.logprobs.unwrap_or(0));
                     }
@@ -308,10 +316,8 @@ impl CompletionResponse {
         }
         let lp = match self.logprobs {
             Some(top_n) => {
-                let mut delta = CompletionLogprobs {
-                    offset: self.offsets[ci],
-                    ..Default::default()
-                };
+                let mut delta = CompletionLogprobs::new(self.tokens_as_ids);
+                delta.offset = self.offsets[ci];
                 for x in &out.logprobs {
                     delta.push(tok, x, top_n);
                 }
@@ -350,7 +356,7 @@ impl CompletionResponse {
             .map(|(i, choice)| {
                 let lp = match self.logprobs {
                     Some(top_n) => {
-                        let mut lp = CompletionLogprobs::default();
+                        let mut lp = CompletionLogprobs::new(self.tokens_as_ids);
                         let prompt = match self.echo_logprobs {
                             true => c.prompt_positions[i / n].as_slice(),
                             false => &[],

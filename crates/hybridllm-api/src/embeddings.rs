@@ -4,6 +4,7 @@ use crate::context::ApiContext;
 use crate::errors::ApiError;
 use crate::request::RequestBody;
 use crate::usage::{new_id, now};
+use crate::validation::truncation_limit;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -110,22 +111,6 @@ pub fn parse_inputs(value: Value, vocab: usize) -> Result<(Vec<Input>, bool), Ap
     Ok((out, listed))
 }
 
-fn truncation_limit(req: &EmbeddingRequest, max_len: usize) -> Result<Option<usize>, ApiError> {
-    let bad = |m: String| ApiError::bad_param("truncate_prompt_tokens", m);
-    match req.truncate_prompt_tokens {
-        None => Ok(None),
-        Some(-1) => Ok(Some(max_len)),
-        Some(t) if t < 1 => Err(bad(format!(
-            "truncate_prompt_tokens must be -1 (the model's limit) or at least 1, got {t}."
-        ))),
-        Some(t) if t as u64 > max_len as u64 => Err(bad(format!(
-            "truncate_prompt_tokens ({t}) is larger than the model's maximum input length of \
-             {max_len} tokens."
-        ))),
-        Some(t) => Ok(Some(t as usize)),
-    }
-}
-
 fn check_options(ctx: &ApiContext, req: &EmbeddingRequest) -> Result<(), ApiError> {
     match req.encoding_format.as_deref() {
         None | Some("float") | Some("base64") => {}
@@ -223,7 +208,7 @@ impl EmbeddingCall {
         ctx.check_model(&req.model)?;
         ctx.check_task("Embeddings", true)?;
         check_options(ctx, &req)?;
-        let limit = truncation_limit(&req, ctx.max_model_len as usize)?;
+        let limit = truncation_limit(req.truncate_prompt_tokens, ctx.max_model_len as usize)?;
         let (inputs, listed) = parse_inputs(req.input, ctx.vocab_size)?;
         Ok(EmbeddingCall {
             inputs,

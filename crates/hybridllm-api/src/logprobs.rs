@@ -13,21 +13,35 @@ pub fn finite(x: f32) -> f64 {
     }
 }
 
-fn entry(tok: &Tokenizer, t: &TokenLogprob) -> Value {
-    let s = tok.token_text(t.token_id);
+/// A token as logprobs name it: its text, or vLLM's `token_id:<id>` with
+/// `return_tokens_as_token_ids` (for tokens that are not valid text on their own).
+fn token_name(tok: &Tokenizer, id: u32, as_ids: bool) -> String {
+    match as_ids {
+        true => format!("token_id:{id}"),
+        false => tok.token_text(id),
+    }
+}
+
+fn entry(tok: &Tokenizer, t: &TokenLogprob, as_ids: bool) -> Value {
+    let s = token_name(tok, t.token_id, as_ids);
     json!({"token": s, "logprob": finite(t.logprob), "bytes": s.as_bytes()})
 }
 
-pub fn chat_content(tok: &Tokenizer, lps: &[PositionLogprobs], top_n: u32) -> Vec<Value> {
+pub fn chat_content(
+    tok: &Tokenizer,
+    lps: &[PositionLogprobs],
+    top_n: u32,
+    as_ids: bool,
+) -> Vec<Value> {
     lps.iter()
         .filter_map(|p| {
             let t = p.token.as_ref()?;
-            let mut e = entry(tok, t);
+            let mut e = entry(tok, t, as_ids);
             let top: Vec<Value> = p
                 .top
                 .iter()
                 .take(top_n as usize)
-                .map(|x| entry(tok, x))
+                .map(|x| entry(tok, x, as_ids))
                 .collect();
             e["top_logprobs"] = Value::Array(top);
             Some(e)
@@ -43,12 +57,21 @@ pub struct CompletionLogprobs {
     pub top_logprobs: Vec<Value>,
     pub text_offset: Vec<usize>,
     pub offset: usize,
+    /// `return_tokens_as_token_ids`.
+    pub as_ids: bool,
 }
 
 impl CompletionLogprobs {
+    pub fn new(as_ids: bool) -> Self {
+        CompletionLogprobs {
+            as_ids,
+            ..Default::default()
+        }
+    }
+
     pub fn push(&mut self, tok: &Tokenizer, p: &PositionLogprobs, top_n: u32) {
         let Some(t) = p.token.as_ref() else { return };
-        let s = tok.token_text(t.token_id);
+        let s = token_name(tok, t.token_id, self.as_ids);
         self.text_offset.push(self.offset);
         self.offset += s.len();
         self.token_logprobs.push(if t.logprob.is_nan() {
@@ -58,7 +81,10 @@ impl CompletionLogprobs {
         });
         let mut top = Map::new();
         for x in p.top.iter().take(top_n as usize) {
-            top.insert(tok.token_text(x.token_id), json!(finite(x.logprob)));
+            top.insert(
+                token_name(tok, x.token_id, self.as_ids),
+                json!(finite(x.logprob)),
+            );
         }
         if top_n > 0 {
             // vLLM always lists the sampled token among the alternatives.

@@ -91,11 +91,9 @@ const OUTPUT_CONSTRAINTS: &[Unhonoured] = unhonoured! {
 
 /// vLLM's extensions of both generate endpoints that are not implemented yet.
 const VLLM_EXTENSIONS: &[Unhonoured] = unhonoured! {
-    "return_tokens_as_token_ids" => empty_or_false, VLLM;
     "return_token_ids" => empty_or_false, VLLM;
     "allowed_token_ids" => never, VLLM;
     "bad_words" => empty_or_false, VLLM;
-    "truncate_prompt_tokens" => never, VLLM;
     "priority" => zero, VLLM;
     "cache_salt" => never, VLLM;
     "logits_processors" => empty_or_false, VLLM;
@@ -113,7 +111,6 @@ const CHAT_ONLY: &[Unhonoured] = unhonoured! {
     "modalities" => text_modality, "only text output is supported";
     "prediction" => never, "predicted outputs are not implemented by this server";
     "web_search_options" => never, "web search is not supported";
-    "echo" => empty_or_false, VLLM;
     "mm_processor_kwargs" => never, "multimodal inputs are not supported";
 };
 
@@ -323,7 +320,7 @@ mod tests {
     fn neutral_values_ask_for_nothing() {
         for body in [
             r#"{"structural_tag": null, "tools": [], "tool_choice": "none"}"#,
-            r#"{"echo": false, "priority": 0, "modalities": ["text"], "bad_words": []}"#,
+            r#"{"priority": 0, "modalities": ["text"], "bad_words": []}"#,
             r#"{"user": "u", "metadata": {"a": "b"}, "unknown_field": 1}"#,
         ] {
             assert!(parse_body::<Req>(body.as_bytes()).is_ok(), "{body}");

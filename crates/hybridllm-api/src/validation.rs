@@ -129,6 +129,10 @@ pub struct SamplingRequest {
     pub prompt_logprobs: Option<i64>,
     pub use_beam_search: Option<bool>,
     pub length_penalty: Option<f64>,
+    /// Keep the prompt's last this many tokens (-1: the context window).
+    pub truncate_prompt_tokens: Option<i64>,
+    /// Logprobs name tokens as `token_id:<id>` (for tokens that are not valid text).
+    pub return_tokens_as_token_ids: Option<bool>,
 }
 
 /// Validated parameters; `max_tokens` is finalised once the prompt length is known.
@@ -144,12 +148,26 @@ pub struct GenParams {
     pub logprobs: Option<u32>,
     /// A beam search (`use_beam_search`): its parameters; `sampling` then goes unused.
     pub beam: Option<BeamSearchParams>,
+    /// `truncate_prompt_tokens`, resolved (`GenParams::truncate`).
+    pub truncate: Option<usize>,
+    /// `return_tokens_as_token_ids`.
+    pub tokens_as_ids: bool,
     /// An output constraint not compiled yet (`compile_constraint`); once compiled, its
     /// grammar is `sampling.grammar`.
     pub constraint: Option<Constraint>,
 }
 
 impl GenParams {
+    /// A prompt's ids cut to their last `truncate_prompt_tokens` (as vLLM: from the left).
+    pub fn truncate(&self, mut ids: Vec<u32>) -> Vec<u32> {
+        if let Some(k) = self.truncate {
+            if ids.len() > k {
+                ids.drain(..ids.len() - k);
+            }
+        }
+        ids
+    }
+
     /// Sets the request's constraint (refused with a beam search, naming both).
     pub fn constrain(&mut self, c: Option<Constraint>) -> Result<(), ApiError> {
         if let (Some(c), Some(_)) = (&c, &self.beam) {
@@ -189,6 +207,23 @@ pub struct GenRequest {
     pub params: GenParams,
     /// Final: what the request asked for, or what is left of the context window.
     pub max_tokens: u32,
+}
+
+/// vLLM's `truncate_prompt_tokens`: keep a prompt's last `t` tokens (-1: the context window).
+pub fn truncation_limit(value: Option<i64>, max_len: usize) -> Result<Option<usize>, ApiError> {
+    let bad = |m: String| ApiError::bad_param("truncate_prompt_tokens", m);
+    match value {
+        None => Ok(None),
+        Some(-1) => Ok(Some(max_len)),
+        Some(t) if t < 1 => Err(bad(format!(
+            "truncate_prompt_tokens must be -1 (the model's limit) or at least 1, got {t}."
+        ))),
+        Some(t) if t as u64 > max_len as u64 => Err(bad(format!(
+            "truncate_prompt_tokens ({t}) is larger than the model's maximum input length of \
+             {max_len} tokens."
+        ))),
+        Some(t) => Ok(Some(t as usize)),
+    }
 }
 
 /// /v1/completions without max_tokens generates this many tokens (OpenAI's and vLLM's default).
@@ -375,6 +410,8 @@ impl SamplingRequest {
             },
             logprobs: logprobs.map(|l| l as u32),
             beam: None,
+            truncate: None,
+            tokens_as_ids: self.return_tokens_as_token_ids.unwrap_or(false),
             constraint: None,
         })
     }

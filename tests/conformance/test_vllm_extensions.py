@@ -1,0 +1,95 @@
+"""vLLM's request extensions honoured (#33, first part), in every frontend through the core:
+`return_tokens_as_token_ids`, `truncate_prompt_tokens` and chat `echo`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.conformance.conftest import MAX_MODEL_LEN, assert_same, parse_sse, parsed
+
+LONG = "one two three four five six seven eight nine ten eleven twelve"
+
+
+def _all(servers: dict, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    answers = {m: parsed(s.http.post(path, json=body)) for m, s in servers.items()}
+    assert_same(answers)
+    return answers["rust"]
+
+
+def test_return_tokens_as_token_ids(servers: dict, tokenizer) -> None:
+    base = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6,
+            "temperature": 0, "logprobs": True, "top_logprobs": 2}
+    plain = _all(servers, "/v1/chat/completions", base)["choices"][0]["logprobs"]["content"]
+    ids = _all(servers, "/v1/chat/completions", {**base, "return_tokens_as_token_ids": True})
+    as_ids = ids["choices"][0]["logprobs"]["content"]
+    assert len(as_ids) == len(plain) == 6
+    for a, p in zip(as_ids, plain):
+        assert a["token"].startswith("token_id:") and a["logprob"] == p["logprob"]
+        token_id = int(a["token"].removeprefix("token_id:"))
+        assert tokenizer.decode([token_id]) == p["token"]
+        assert a["bytes"] == list(a["token"].encode())
+        assert [t["token"] for t in a["top_logprobs"]][0].startswith("token_id:")
+    body = {"prompt": "Hello", "max_tokens": 4, "temperature": 0, "logprobs": 1}
+    plain_c = _all(servers, "/v1/completions", body)["choices"][0]["logprobs"]
+    ids_c = _all(servers, "/v1/completions", {**body, "return_tokens_as_token_ids": True})
+    lp = ids_c["choices"][0]["logprobs"]
+    assert [tokenizer.decode([int(t.removeprefix("token_id:"))]) for t in lp["tokens"]] == \
+        plain_c["tokens"]
+    assert lp["token_logprobs"] == plain_c["token_logprobs"]
+    # vLLM's offsets count the names as written.
+    assert lp["text_offset"][1] - lp["text_offset"][0] == len(lp["tokens"][0])
+
+
+def test_truncate_prompt_tokens_keeps_the_last_tokens(servers: dict) -> None:
+    body = {"prompt": LONG, "max_tokens": 2, "temperature": 0}
+    full = _all(servers, "/v1/completions", body)
+    cut = _all(servers, "/v1/completions", {**body, "truncate_prompt_tokens": 5})
+    assert full["usage"]["prompt_tokens"] > 5 and cut["usage"]["prompt_tokens"] == 5
+    tail = _all(servers, "/v1/completions",
+                {**body, "prompt": " eight nine ten eleven twelve"})
+    assert tail["usage"]["prompt_tokens"] == 5
+    assert cut["choices"][0]["text"] == tail["choices"][0]["text"]
+    whole = _all(servers, "/v1/completions", {**body, "truncate_prompt_tokens": -1})
+    assert whole["choices"] == full["choices"]
+    chat = _all(servers, "/v1/chat/completions", {
+        "messages": [{"role": "user", "content": LONG}], "max_tokens": 2,
+        "truncate_prompt_tokens": 7})
+    assert chat["usage"]["prompt_tokens"] == 7
+
+
+@pytest.mark.parametrize("value,message", [
+    (0, "truncate_prompt_tokens must be -1 (the model's limit) or at least 1, got 0."),
+    (MAX_MODEL_LEN + 1, f"truncate_prompt_tokens ({MAX_MODEL_LEN + 1}) is larger than the "
+                        f"model's maximum input length of {MAX_MODEL_LEN} tokens."),
+])
+def test_truncate_prompt_tokens_out_of_range(servers: dict, value: int, message: str) -> None:
+    for mode, s in servers.items():
+        r = s.http.post("/v1/completions", json={"prompt": "a", "truncate_prompt_tokens": value})
+        assert r.status_code == 400, mode
+        assert r.json()["error"]["message"] == message, mode
+        assert r.json()["error"]["param"] == "truncate_prompt_tokens", mode
+
+
+def test_chat_echo_starts_with_the_final_message(servers: dict) -> None:
+    start = "The capital of France is"
+    base = {"messages": [{"role": "user", "content": "Tell me a fact."},
+                         {"role": "assistant", "content": start}],
+            "continue_final_message": True, "add_generation_prompt": False,
+            "max_tokens": 6, "temperature": 0}
+    plain = _all(servers, "/v1/chat/completions", base)["choices"][0]["message"]["content"]
+    echoed = _all(servers, "/v1/chat/completions", {**base, "echo": True})
+    assert echoed["choices"][0]["message"]["content"] == start + plain
+    for mode, s in servers.items():
+        r = s.http.post("/v1/chat/completions", json={**base, "echo": True, "stream": True})
+        chunks = [c for c in parse_sse(r.content) if c != "[DONE]"]
+        text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks)
+        assert text == start + plain, mode
+        assert chunks[1]["choices"][0]["delta"] == {"content": start}, mode
+    # With a generation prompt the reply is the assistant's: a user message is not echoed.
+    user_last = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3,
+                 "temperature": 0}
+    a = _all(servers, "/v1/chat/completions", user_last)
+    b = _all(servers, "/v1/chat/completions", {**user_last, "echo": True})
+    assert a["choices"] == b["choices"]
