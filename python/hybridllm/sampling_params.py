@@ -89,6 +89,8 @@ class SamplingParams:
     spaces_between_special_tokens: bool = True
     include_stop_str_in_output: bool = False
     structured_outputs: StructuredOutputsParams | None = None
+    # vLLM's cache_salt: prefix-cache hits only between requests with the same salt (tenants).
+    cache_salt: str | None = None
 
     def __post_init__(self) -> None:
         if self.top_k == 0:
@@ -130,6 +132,8 @@ class SamplingParams:
         _check(all(t >= 0 for t in self.stop_token_ids), "stop_token_ids",
                "stop_token_ids must be non-negative token ids.")
         _check(all(s for s in self.stop), "stop", "stop strings must not be empty.")
+        _check(self.cache_salt is None or isinstance(self.cache_salt, str) and self.cache_salt,
+               "cache_salt", "cache_salt must be a non-empty string.")
         _check(self.structured_outputs is None
                or isinstance(self.structured_outputs, StructuredOutputsParams),
                "structured_outputs", "structured_outputs must be a StructuredOutputsParams.")

@@ -3,6 +3,7 @@ model runners see them."""
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import time
 from dataclasses import dataclass, field
@@ -79,6 +80,11 @@ class Sequence:
         self.block_table: list[int] = []
         self.num_published_blocks = 0  # leading blocks whose prefix hashes are published
         self.block_hashes: list[bytes] = []  # hashes of this sequence's full blocks, in order
+        # The parent of its first block's hash: b"", or a hash of its cache_salt (32 bytes
+        # like any block's, so no salt can pose as a chain of unsalted blocks).
+        salt = request.params.cache_salt
+        self.cache_salt = (b"" if salt is None
+                           else hashlib.sha256(b"cache_salt\0" + salt.encode()).digest())
         self.status = SequenceStatus.WAITING
         self.finish_reason: str | None = None
         self.stop_reason: int | str | None = None

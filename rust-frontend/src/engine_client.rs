@@ -114,6 +114,7 @@ impl From<SamplingParams> for pb::SamplingParams {
             prompt_logprobs: p.prompt_logprobs,
             logit_bias: p.logit_bias,
             grammar: p.grammar.unwrap_or_default(),
+            cache_salt: p.cache_salt.unwrap_or_default(),
         }
     }
 }

@@ -93,3 +93,26 @@ def test_chat_echo_starts_with_the_final_message(servers: dict) -> None:
     a = _all(servers, "/v1/chat/completions", user_last)
     b = _all(servers, "/v1/chat/completions", {**user_last, "echo": True})
     assert a["choices"] == b["choices"]
+
+
+def test_cache_salt_isolates_prefix_cache_hits(servers: dict) -> None:
+    """Same prompt: a hit only from a request with the same salt (none counts as its own)."""
+    prompt = "Salted prefix: " + " ".join(f"w{i}" for i in range(80))
+
+    def cached(**salt: str) -> int:
+        body = {"prompt": prompt, "max_tokens": 1, "temperature": 0, **salt}
+        usage = _all(servers, "/v1/completions", body)["usage"]
+        return (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+
+    assert cached(cache_salt="tenant-a") == 0
+    hit = cached(cache_salt="tenant-a")
+    assert hit > 0
+    assert cached(cache_salt="tenant-b") == 0
+    assert cached() == 0  # unsalted requests do not see salted blocks
+    assert cached() == hit
+    assert cached(cache_salt="tenant-b") == hit
+    for mode, s in servers.items():
+        r = s.http.post("/v1/completions", json={"prompt": "a", "cache_salt": ""})
+        assert r.status_code == 400 and r.json()["error"] == {
+            "message": "cache_salt must be a non-empty string.", "type": "BadRequestError",
+            "param": "cache_salt", "code": 400}, mode

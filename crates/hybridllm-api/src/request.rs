@@ -95,7 +95,6 @@ const VLLM_EXTENSIONS: &[Unhonoured] = unhonoured! {
     "allowed_token_ids" => never, VLLM;
     "bad_words" => empty_or_false, VLLM;
     "priority" => zero, VLLM;
-    "cache_salt" => never, VLLM;
     "logits_processors" => empty_or_false, VLLM;
     "kv_transfer_params" => never, VLLM;
     "vllm_xargs" => never, VLLM;

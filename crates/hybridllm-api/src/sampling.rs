@@ -26,6 +26,8 @@ pub struct SamplingParams {
     pub logit_bias: HashMap<u32, f32>,
     /// The output constraint as llguidance's serialized grammar (`structured::GrammarCompiler`).
     pub grammar: Option<String>,
+    /// vLLM's `cache_salt`: prefix-cache hits only between requests with the same salt.
+    pub cache_salt: Option<String>,
 }
 
 /// A beam search: the engine returns `beam_width` sequences, best score first.

@@ -133,6 +133,8 @@ pub struct SamplingRequest {
     pub truncate_prompt_tokens: Option<i64>,
     /// Logprobs name tokens as `token_id:<id>` (for tokens that are not valid text).
     pub return_tokens_as_token_ids: Option<bool>,
+    /// Prefix-cache hits only between requests with the same salt (a tenant's secret).
+    pub cache_salt: Option<String>,
 }
 
 /// Validated parameters; `max_tokens` is finalised once the prompt length is known.
@@ -379,6 +381,12 @@ impl SamplingRequest {
                 ));
             }
         }
+        if self.cache_salt.as_deref() == Some("") {
+            return Err(ApiError::bad_param(
+                "cache_salt",
+                "cache_salt must be a non-empty string.",
+            ));
+        }
         let sampling = SamplingParams {
             n: Some(n as u32),
             temperature,
@@ -397,6 +405,7 @@ impl SamplingRequest {
             prompt_logprobs: prompt_logprobs.map(|l| l as u32),
             logit_bias,
             grammar: None,
+            cache_salt: self.cache_salt.clone(),
         };
         Ok(GenParams {
             sampling,

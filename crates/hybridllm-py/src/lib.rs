@@ -484,6 +484,9 @@ impl EngineRequest {
         if let Some(g) = &s.grammar {
             d.set_item("grammar", g)?;
         }
+        if let Some(salt) = &s.cache_salt {
+            d.set_item("cache_salt", salt)?;
+        }
         Ok(d)
     }
 

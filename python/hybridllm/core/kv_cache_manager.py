@@ -47,7 +47,9 @@ class KVCacheManager:
         bs = self.block_size
         while (len(seq.block_hashes) + 1) * bs <= num_tokens:
             i = len(seq.block_hashes)
-            parent = seq.block_hashes[-1] if seq.block_hashes else b""
+            # The first block's parent is the request's cache_salt (none: b""), so salted
+            # prefixes are shared only within their salt.
+            parent = seq.block_hashes[-1] if seq.block_hashes else seq.cache_salt
             seq.block_hashes.append(chain_hash(parent, seq.token_ids[i * bs : (i + 1) * bs]))
 
     def find_cached_prefix(self, seq: Sequence) -> list[int]:

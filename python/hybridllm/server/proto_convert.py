@@ -38,6 +38,8 @@ def sampling_params_from_proto(msg: pb.SamplingParams) -> SamplingParams:
         kwargs["logit_bias"] = dict(msg.logit_bias)
     if msg.grammar:
         kwargs["structured_outputs"] = StructuredOutputsParams(grammar=msg.grammar)
+    if msg.cache_salt:
+        kwargs["cache_salt"] = msg.cache_salt
     return SamplingParams(**kwargs)  # type: ignore[arg-type]
 
 
@@ -77,6 +79,8 @@ def sampling_params_to_proto(params: SamplingParams) -> pb.SamplingParams:
         msg.logit_bias[token] = bias
     if (grammar := params.grammar) is not None:
         msg.grammar = grammar
+    if params.cache_salt is not None:
+        msg.cache_salt = params.cache_salt
     return msg
 
 
