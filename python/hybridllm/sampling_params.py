@@ -132,8 +132,8 @@ class SamplingParams:
         _check(all(t >= 0 for t in self.stop_token_ids), "stop_token_ids",
                "stop_token_ids must be non-negative token ids.")
         _check(all(s for s in self.stop), "stop", "stop strings must not be empty.")
-        _check(self.cache_salt is None or isinstance(self.cache_salt, str) and self.cache_salt,
-               "cache_salt", "cache_salt must be a non-empty string.")
+        salt_ok = self.cache_salt is None or isinstance(self.cache_salt, str) and self.cache_salt
+        _check(bool(salt_ok), "cache_salt", "cache_salt must be a non-empty string.")
         _check(self.structured_outputs is None
                or isinstance(self.structured_outputs, StructuredOutputsParams),
                "structured_outputs", "structured_outputs must be a StructuredOutputsParams.")
