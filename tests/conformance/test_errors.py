@@ -141,6 +141,10 @@ CASES: list[tuple[str, str | bytes, int, str | Foreign | None]] = [
      "tools is not supported: tool calling is not implemented by this server yet."),
     (C, '{"messages":' + HI + ',"priority":3}', 400,
      "priority is not supported: this vLLM extension is not implemented by this server yet."),
+    (P, '{"prompt":"a","prompt_logprobs":1,"stream":true}', 400,
+     "prompt_logprobs are not available when stream=true."),
+    (C, '{"messages":' + HI + ',"prompt_logprobs":2,"stream":true}', 400,
+     "prompt_logprobs are not available when stream=true."),
     (P, '{"prompt":"a","guided_json":{"type":"integer","minimum":5,"maximum":1}}', 400,
      "guided_json cannot be enforced: Unsatisfiable schema: minimum (5) is greater than maximum "
      "(1)."),

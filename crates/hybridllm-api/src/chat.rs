@@ -111,6 +111,7 @@ impl ChatCall {
             ctx.max_num_seqs,
         )?;
         req.sampling.check_max_tokens_limit(ctx.max_tokens_limit)?;
+        req.sampling.check_stream(stream)?;
         params.constrain(req.constraints.constraint()?)?;
         params.truncate = truncation_limit(
             req.sampling.truncate_prompt_tokens,

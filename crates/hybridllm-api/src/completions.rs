@@ -133,6 +133,7 @@ impl CompletionCall {
             params.sampling.prompt_logprobs = params.logprobs;
         }
         req.sampling.check_max_tokens_limit(ctx.max_tokens_limit)?;
+        req.sampling.check_stream(stream)?;
         params.constrain(req.constraints.constraint()?)?;
         params.truncate = truncation_limit(
             req.sampling.truncate_prompt_tokens,

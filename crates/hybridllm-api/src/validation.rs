@@ -427,6 +427,17 @@ impl SamplingRequest {
 }
 
 impl SamplingRequest {
+    /// As vLLM: a streamed response has no place for the prompt's logprobs.
+    pub fn check_stream(&self, stream: bool) -> Result<(), ApiError> {
+        match self.prompt_logprobs {
+            Some(lp) if stream && lp != 0 => Err(ApiError::bad_param(
+                "prompt_logprobs",
+                "prompt_logprobs are not available when stream=true.",
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// The operator's `--max-tokens-limit`: a request asking for more is refused, naming the
     /// field and the limit (requests that ask for nothing are clamped by `fit_max_tokens`).
     pub fn check_max_tokens_limit(&self, limit: Option<u32>) -> Result<(), ApiError> {
