@@ -74,3 +74,33 @@ def test_each_bad_constraint_is_a_400_naming_its_field(served: dict, kind: str) 
     assert all(label.startswith("huge/") and "nested_300" in label for label in unnamed)
     # Every good request answered as it does alone, during and after the flood.
     assert others == [want] * 9
+
+
+@pytest.mark.parametrize("kind", ["rust", "python"])
+def test_structured_outputs_config_sets_the_limits(
+    tmp_path_factory: pytest.TempPathFactory, model_path, kind: str
+) -> None:
+    """vLLM's --structured-outputs-config reaches the core in both frontends; a backend that
+    is not served fails the start, naming the flag."""
+    from tests.launch import start, stop
+    from tests.structured.conftest import FLAGS
+
+    config = '{"backend": "guidance", "max_bytes": 64, "disable_any_whitespace": true}'
+    s = start(kind, tmp_path_factory.mktemp(kind), *FLAGS, "--structured-outputs-config",
+              config, model=model_path, env={"HYBRIDLLM_LOG": "warn"})
+    try:
+        r = s.http.post("/v1/chat/completions", json={
+            "messages": ASK, "max_tokens": 8, "guided_regex": "a" * 65})
+        assert r.status_code == 400
+        assert r.json()["error"]["message"] == "guided_regex must be at most 64 bytes, got 65."
+        body = s.http.post("/v1/chat/completions", json={
+            "messages": [{"role": "user", "content": "Return {\"ok\": true} as JSON."}],
+            "max_tokens": 16, "temperature": 0,
+            "response_format": {"type": "json_object"}}).json()
+        text = body["choices"][0]["message"]["content"]
+        assert " " not in text and "\n" not in text, text  # no whitespace between tokens
+    finally:
+        stop(s)
+    with pytest.raises(RuntimeError, match="structured-outputs-config"):
+        start(kind, tmp_path_factory.mktemp(kind), *FLAGS, "--structured-outputs-config",
+              '{"backend": "xgrammar"}', model=model_path, timeout=120)
