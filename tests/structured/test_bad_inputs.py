@@ -12,17 +12,11 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.conformance.test_structured import ASK_PERSON as ASK
+from tests.conformance.test_structured import PERSON
 from tests.launch import Server
 from tests.structured.bad_inputs import bad_constraints
 
-ASK = [{"role": "user", "content": "Give me a person as JSON"}]
-PERSON = {
-    "type": "object",
-    "properties": {"name": {"type": "string", "maxLength": 12},
-                   "age": {"type": "integer", "minimum": 0, "maximum": 150}},
-    "required": ["name", "age"],
-    "additionalProperties": False,
-}
 GOOD = {"messages": ASK, "temperature": 0, "max_tokens": 40, "guided_json": PERSON}
 FIELDS = {"response_format", "structured_outputs", "guided_json", "guided_regex",
           "guided_choice", "guided_grammar", "guided_decoding_backend"}

@@ -14,7 +14,7 @@ use crate::text::tokenizer::Tokenizer;
 use crate::text_deltas::GenEvent;
 use crate::usage::{new_id, now, CompletionUsage, Usage};
 use crate::validation::{
-    fit_max_tokens, truncation_limit, Bound, GenParams, GenRequest, SamplingRequest, LOGPROBS,
+    fit_max_tokens, Bound, Constrained, GenParams, GenRequest, SamplingRequest, LOGPROBS,
 };
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -87,6 +87,12 @@ fn echoed(messages: &[Value], add_generation_prompt: bool) -> String {
     }
 }
 
+impl Constrained for ChatCall {
+    fn gen_params(&mut self) -> &mut GenParams {
+        &mut self.params
+    }
+}
+
 impl ChatCall {
     pub fn new(ctx: &ApiContext, req: ChatRequest) -> Result<Self, ApiError> {
         ctx.check_model(&req.model)?;
@@ -110,13 +116,7 @@ impl ChatCall {
             ctx.max_beam_width,
             ctx.max_num_seqs,
         )?;
-        req.sampling.check_max_tokens_limit(ctx.max_tokens_limit)?;
-        req.sampling.check_stream(stream)?;
-        params.constrain(req.constraints.constraint()?)?;
-        params.truncate = truncation_limit(
-            req.sampling.truncate_prompt_tokens,
-            ctx.max_model_len as usize,
-        )?;
+        params.apply_request(ctx, &req.sampling, &req.constraints, stream)?;
         let add_generation_prompt = !req.template.continue_final_message.unwrap_or(false);
         let prompt = ctx.render_prompt(&req.messages, &req.template, add_generation_prompt)?;
         let echo = match req.echo.unwrap_or(false) {
@@ -134,16 +134,6 @@ impl ChatCall {
             include_usage: req.stream_options.is_some_and(|o| o.include_usage),
             echo,
         })
-    }
-
-    /// Compiles the output constraint, if any (else `plan` does).
-    pub fn compile_constraint(&mut self, ctx: &ApiContext) -> Result<(), ApiError> {
-        self.params.compile_constraint(ctx)
-    }
-
-    /// Whether a constraint waits to be compiled.
-    pub fn has_constraint(&self) -> bool {
-        self.params.constraint.is_some()
     }
 
     /// The engine request for the prompt's ids, and the response to build from its events.

@@ -13,8 +13,8 @@ use crate::text::tokenizer::{DecodeOpts, Tokenizer};
 use crate::text_deltas::GenEvent;
 use crate::usage::{new_id, now, CompletionUsage, Usage};
 use crate::validation::{
-    fit_max_tokens, truncation_limit, unset_max_tokens, Bound, GenParams, GenRequest,
-    SamplingRequest, DEFAULT_COMPLETION_MAX_TOKENS, LOGPROBS,
+    fit_max_tokens, unset_max_tokens, Bound, Constrained, GenParams, GenRequest, SamplingRequest,
+    DEFAULT_COMPLETION_MAX_TOKENS, LOGPROBS,
 };
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -110,6 +110,12 @@ pub struct CompletionCall {
     include_usage: bool,
 }
 
+impl Constrained for CompletionCall {
+    fn gen_params(&mut self) -> &mut GenParams {
+        &mut self.params
+    }
+}
+
 impl CompletionCall {
     pub fn new(ctx: &ApiContext, req: CompletionRequest) -> Result<Self, ApiError> {
         ctx.check_model(&req.model)?;
@@ -132,13 +138,7 @@ impl CompletionCall {
         if echo_logprobs && params.sampling.prompt_logprobs.is_none() {
             params.sampling.prompt_logprobs = params.logprobs;
         }
-        req.sampling.check_max_tokens_limit(ctx.max_tokens_limit)?;
-        req.sampling.check_stream(stream)?;
-        params.constrain(req.constraints.constraint()?)?;
-        params.truncate = truncation_limit(
-            req.sampling.truncate_prompt_tokens,
-            ctx.max_model_len as usize,
-        )?;
+        params.apply_request(ctx, &req.sampling, &req.constraints, stream)?;
         Ok(CompletionCall {
             prompts: parse_prompts(&req.prompt)?,
             add_special_tokens: req.add_special_tokens.unwrap_or(true),
@@ -148,16 +148,6 @@ impl CompletionCall {
             stream,
             include_usage: req.stream_options.is_some_and(|o| o.include_usage),
         })
-    }
-
-    /// Compiles the output constraint, if any (else `plan` does).
-    pub fn compile_constraint(&mut self, ctx: &ApiContext) -> Result<(), ApiError> {
-        self.params.compile_constraint(ctx)
-    }
-
-    /// Whether a constraint waits to be compiled.
-    pub fn has_constraint(&self) -> bool {
-        self.params.constraint.is_some()
     }
 
     /// One engine request per prompt, from each prompt's ids (`self.prompts` in order, the

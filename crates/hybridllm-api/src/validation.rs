@@ -3,7 +3,7 @@
 use crate::context::ApiContext;
 use crate::errors::ApiError;
 use crate::sampling::{BeamSearchParams, SamplingParams};
-use crate::structured::Constraint;
+use crate::structured::{Constraint, ConstraintFields};
 use crate::text::tokenizer::DecodeOpts;
 use serde::Deserialize;
 use serde_json::Value as Json;
@@ -159,7 +159,38 @@ pub struct GenParams {
     pub constraint: Option<Constraint>,
 }
 
+/// A call whose engine parameters may hold an output constraint still to compile: each shell
+/// compiles it where it suits it (milliseconds for a large schema), else `plan` does.
+pub trait Constrained {
+    fn gen_params(&mut self) -> &mut GenParams;
+
+    fn has_constraint(&mut self) -> bool {
+        self.gen_params().constraint.is_some()
+    }
+
+    fn compile_constraint(&mut self, ctx: &ApiContext) -> Result<(), ApiError> {
+        self.gen_params().compile_constraint(ctx)
+    }
+}
+
 impl GenParams {
+    /// What chat and completions check alike once the parameters are valid: the operator's
+    /// max_tokens limit, prompt logprobs with a stream, the output constraint (read, not yet
+    /// compiled) and the prompt's truncation.
+    pub fn apply_request(
+        &mut self,
+        ctx: &ApiContext,
+        req: &SamplingRequest,
+        constraints: &ConstraintFields,
+        stream: bool,
+    ) -> Result<(), ApiError> {
+        req.check_max_tokens_limit(ctx.max_tokens_limit)?;
+        req.check_stream(stream)?;
+        self.constrain(constraints.constraint()?)?;
+        self.truncate = truncation_limit(req.truncate_prompt_tokens, ctx.max_model_len as usize)?;
+        Ok(())
+    }
+
     /// A prompt's ids cut to their last `truncate_prompt_tokens` (as vLLM: from the left).
     pub fn truncate(&self, mut ids: Vec<u32>) -> Vec<u32> {
         if let Some(k) = self.truncate {

@@ -31,7 +31,7 @@ use hybridllm_api::text::chat_template::ChatTemplate as CoreTemplate;
 use hybridllm_api::text::tokenizer::{DecodeOpts, Tokenizer as CoreTokenizer};
 use hybridllm_api::text_deltas::{EngineEvents as CoreEngineEvents, GenEvent};
 use hybridllm_api::tokenize::{DetokenizeRequest, TokenizeCall, TokenizeRequest};
-use hybridllm_api::validation::GenRequest;
+use hybridllm_api::validation::{Constrained, GenRequest};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;

@@ -20,13 +20,7 @@ pub async fn handle(
     JsonBody(req): JsonBody<ChatRequest>,
 ) -> Result<Response, HttpError> {
     let call = ChatCall::new(&state.api, req)?;
-    let mut call = compile_constraint(
-        &state,
-        call,
-        ChatCall::has_constraint,
-        ChatCall::compile_constraint,
-    )
-    .await?;
+    let mut call = compile_constraint(&state, call).await?;
     let prompt = std::mem::take(&mut call.prompt);
     let ids = tokenize(&state, prompt, call.add_special_tokens).await?;
     let (gen, resp) = call.plan(&state.api, ids)?;

@@ -20,13 +20,7 @@ pub async fn handle(
     JsonBody(req): JsonBody<CompletionRequest>,
 ) -> Result<Response, HttpError> {
     let call = CompletionCall::new(&state.api, req)?;
-    let call = compile_constraint(
-        &state,
-        call,
-        CompletionCall::has_constraint,
-        CompletionCall::compile_constraint,
-    )
-    .await?;
+    let call = compile_constraint(&state, call).await?;
     let mut ids = Vec::with_capacity(call.prompts.len());
     for p in &call.prompts {
         ids.push(match p {

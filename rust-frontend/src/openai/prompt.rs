@@ -3,6 +3,7 @@
 //! completions, responses and /tokenize.
 use crate::errors::ApiError;
 use crate::state::AppState;
+use hybridllm_api::validation::Constrained;
 use std::sync::Arc;
 
 /// Prompts up to this many bytes are tokenized in place: a thread hop costs more than that.
@@ -24,19 +25,17 @@ pub async fn tokenize(
         .map_err(ApiError::bad)
 }
 
-/// Compiles a request's output constraint (`has` says whether it has one) off the async
-/// runtime: a large schema takes milliseconds.
-pub async fn compile_constraint<T: Send + 'static>(
+/// Compiles a request's output constraint, if it has one, off the async runtime: a large
+/// schema takes milliseconds.
+pub async fn compile_constraint<T: Constrained + Send + 'static>(
     state: &Arc<AppState>,
     mut call: T,
-    has: fn(&T) -> bool,
-    compile: fn(&mut T, &hybridllm_api::context::ApiContext) -> Result<(), ApiError>,
 ) -> Result<T, ApiError> {
-    if !has(&call) {
+    if !call.has_constraint() {
         return Ok(call);
     }
     let st = state.clone();
-    tokio::task::spawn_blocking(move || compile(&mut call, &st.api).map(|()| call))
+    tokio::task::spawn_blocking(move || call.compile_constraint(&st.api).map(|()| call))
         .await
         .map_err(|e| ApiError::Internal(e.to_string()))?
 }

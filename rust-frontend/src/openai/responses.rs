@@ -31,13 +31,7 @@ pub async fn create(
 ) -> Result<Response, HttpError> {
     let owner = owner(&state, &headers);
     let call = ResponsesCall::new(&state.api, req, &state.responses, owner)?;
-    let call = compile_constraint(
-        &state,
-        call,
-        ResponsesCall::has_constraint,
-        ResponsesCall::compile_constraint,
-    )
-    .await?;
+    let call = compile_constraint(&state, call).await?;
     // With `auto` truncation the oldest turns are dropped until the prompt fits.
     let mut first = 0;
     let (ids, max_tokens) = loop {

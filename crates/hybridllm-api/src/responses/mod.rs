@@ -13,7 +13,7 @@ use crate::response_store::{ResponseStore, StoredResponse};
 use crate::sse::write_named_frame;
 use crate::text_deltas::GenEvent;
 use crate::usage::Usage;
-use crate::validation::{closed, fit_max_tokens, Bound, GenParams, GenRequest};
+use crate::validation::{closed, fit_max_tokens, Bound, Constrained, GenParams, GenRequest};
 use bytes::Bytes;
 use input::{read_input, ResponsesRequest};
 use object::{output_text, status, ItemEvent, PartEvent, ResponseHead, TextDelta, TextDone};
@@ -40,6 +40,12 @@ pub struct ResponsesCall {
     auto_truncate: bool,
     pub stream: bool,
     to_store: ToStore,
+}
+
+impl Constrained for ResponsesCall {
+    fn gen_params(&mut self) -> &mut GenParams {
+        &mut self.params
+    }
 }
 
 impl ResponsesCall {
@@ -109,16 +115,6 @@ impl ResponsesCall {
             }
             Err(_) => Ok(None),
         }
-    }
-
-    /// Compiles `text.format`'s constraint, if any: before `plan`, where it suits the shell.
-    pub fn compile_constraint(&mut self, ctx: &ApiContext) -> Result<(), ApiError> {
-        self.params.compile_constraint(ctx)
-    }
-
-    /// Whether a constraint waits to be compiled.
-    pub fn has_constraint(&self) -> bool {
-        self.params.constraint.is_some()
     }
 
     /// The engine request and its response (compiling a constraint still pending).
