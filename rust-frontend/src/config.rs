@@ -23,7 +23,9 @@
 //!   "disable_playground": false,              // no page at GET /
 //!   "max_beam_width": 16,                     // largest n of a use_beam_search request
 //!   "ssl_certfile": null, "ssl_keyfile": null, // PEM files: serve HTTPS (rustls)
-//!   "structured_outputs_config": null         // --structured-outputs-config's JSON object
+//!   "structured_outputs_config": null,        // --structured-outputs-config's JSON object
+//!   "tool_call_parser": null,                 // --tool-call-parser: hermes, llama3_json, ...
+//!   "enable_auto_tool_choice": false          // --enable-auto-tool-choice
 //! }
 //! ```
 //! Unknown keys are rejected so that a typo in the launcher fails loudly at start-up.
@@ -66,6 +68,8 @@ pub struct ServeConfig {
     pub ssl_keyfile: Option<String>,
     /// vLLM's `--structured-outputs-config` (the core's `StructuredOptions`).
     pub structured_outputs_config: Option<StructuredOptions>,
+    pub tool_call_parser: Option<String>,
+    pub enable_auto_tool_choice: bool,
 }
 
 impl Default for ServeConfig {
@@ -95,6 +99,8 @@ impl Default for ServeConfig {
             ssl_certfile: None,
             ssl_keyfile: None,
             structured_outputs_config: None,
+            tool_call_parser: None,
+            enable_auto_tool_choice: false,
         }
     }
 }
@@ -143,6 +149,10 @@ impl ServeConfig {
         if let Some(s) = &c.structured_outputs_config {
             s.check()?;
         }
+        hybridllm_api::tools::ToolOptions::new(
+            c.tool_call_parser.as_deref(),
+            c.enable_auto_tool_choice,
+        )?;
         Ok(c)
     }
 
@@ -169,6 +179,8 @@ impl ServeConfig {
             max_tokens_limit: self.max_tokens_limit,
             max_beam_width: self.max_beam_width,
             structured: self.structured_outputs_config.clone().unwrap_or_default(),
+            tool_call_parser: self.tool_call_parser.clone(),
+            enable_auto_tool_choice: self.enable_auto_tool_choice,
         }
     }
 }

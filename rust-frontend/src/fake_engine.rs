@@ -288,6 +288,8 @@ pub fn state(engine: Arc<FakeEngine>) -> Arc<AppState> {
             hidden_size: 0,
             lowercase_inputs: false,
             grammars: Err("the test tokenizer has no byte-level vocabulary".into()),
+            tools: Default::default(),
+            warnings: vec![],
         },
         model_path: String::new(),
         tokenizer_path: String::new(),

@@ -75,6 +75,9 @@ pub async fn build_state(args: &ServeArgs) -> anyhow::Result<Arc<AppState>> {
         );
     }
     let api = ApiContext::build(&info.clone().into(), &options, override_template)?;
+    for warning in &api.warnings {
+        tracing::warn!("{warning}");
+    }
     tracing::info!(model = %api.model_name(), max_model_len = api.max_model_len, "engine ready");
     let responses = hybridllm_api::response_store::ResponseStore::new(config.responses_store_size);
     let metrics = Arc::new(Metrics::new());

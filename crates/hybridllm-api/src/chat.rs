@@ -12,6 +12,8 @@ use crate::sse::ChunkHead;
 use crate::structured::ConstraintFields;
 use crate::text::tokenizer::Tokenizer;
 use crate::text_deltas::GenEvent;
+use crate::tools::parsers::{parse_whole, ToolEvent, ToolFormat, ToolParser};
+use crate::tools::{self, ToolPlan};
 use crate::usage::{new_id, now, CompletionUsage, Usage};
 use crate::validation::{
     fit_max_tokens, Bound, Constrained, GenParams, GenRequest, SamplingRequest, LOGPROBS,
@@ -42,6 +44,12 @@ pub struct ChatRequest {
     pub add_special_tokens: Option<bool>,
     /// vLLM's: the reply starts with the last message when it has the reply's role.
     pub echo: Option<bool>,
+    /// `none`, `auto`, `required` or `{"type": "function", "function": {"name": ...}}`
+    /// (default: `auto` with `tools`, else `none`).
+    #[schema(value_type = Option<Object>)]
+    pub tool_choice: Option<Value>,
+    /// More than one call per turn (default true).
+    pub parallel_tool_calls: Option<bool>,
 }
 
 impl RequestBody for ChatRequest {
@@ -64,6 +72,8 @@ pub struct ChatCall {
     include_usage: bool,
     /// The text the reply starts with (`echo`).
     echo: String,
+    /// What the reply's tool calls are read as, when they are.
+    tools: Option<ToolPlan>,
 }
 
 /// vLLM's chat `echo`: the last message's text when its role is the reply's (`assistant`,
@@ -117,6 +127,32 @@ impl ChatCall {
             ctx.max_num_seqs,
         )?;
         params.apply_request(ctx, &req.sampling, &req.constraints, stream)?;
+        tools::check_messages(&req.messages)?;
+        let mut tool_plan = tools::plan(
+            &ctx.tools,
+            req.template.tools.as_ref(),
+            req.tool_choice.as_ref(),
+            req.parallel_tool_calls,
+        )?;
+        if let Some(plan) = &mut tool_plan {
+            if let Some(c) = plan.constraint.take() {
+                if let Some(other) = &params.constraint {
+                    return Err(ApiError::bad_param(
+                        "tool_choice",
+                        format!(
+                            "tool_choice cannot force a call together with {}: both constrain \
+                             the output.",
+                            other.param
+                        ),
+                    ));
+                }
+                params.constrain(Some(c))?;
+            }
+            // As vLLM's parsers ask: a format's tags may be special tokens.
+            if req.sampling.skip_special_tokens.is_none() {
+                params.decode.skip_special_tokens = false;
+            }
+        }
         let add_generation_prompt = !req.template.continue_final_message.unwrap_or(false);
         let prompt = ctx.render_prompt(&req.messages, &req.template, add_generation_prompt)?;
         let echo = match req.echo.unwrap_or(false) {
@@ -133,6 +169,7 @@ impl ChatCall {
             stream,
             include_usage: req.stream_options.is_some_and(|o| o.include_usage),
             echo,
+            tools: tool_plan,
         })
     }
 
@@ -157,7 +194,14 @@ impl ChatCall {
             model: ctx.model_name().to_string(),
             include_usage: self.include_usage,
         };
+        let tools = self.tools.map(|plan| ResponseTools {
+            parsers: (0..self.params.n).map(|_| plan.format.parser()).collect(),
+            ids: vec![vec![]; self.params.n as usize],
+            format: plan.format,
+            parallel: plan.parallel,
+        });
         let resp = ChatResponse {
+            tools,
             n: self.params.n,
             logprobs: self.params.logprobs,
             tokens_as_ids: self.params.tokens_as_ids,
@@ -194,6 +238,72 @@ struct Delta<'a> {
     role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tool_calls: Vec<Value>,
+}
+
+/// The tool calls of a response being read: a parser and the calls' ids per choice.
+struct ResponseTools {
+    format: ToolFormat,
+    /// Without it, calls after the first are dropped.
+    parallel: bool,
+    parsers: Vec<Box<dyn ToolParser>>,
+    ids: Vec<Vec<String>>,
+}
+
+/// A tool call's id: vLLM's shape, Mistral's 9 characters for its format.
+fn call_id(format: ToolFormat) -> String {
+    let hex = uuid::Uuid::new_v4().simple().to_string();
+    match format {
+        ToolFormat::Mistral => hex[..9].to_string(),
+        _ => format!("chatcmpl-tool-{hex}"),
+    }
+}
+
+impl ResponseTools {
+    /// A piece of choice `i`'s text (and its end, when `fin`): its content and the entries of
+    /// its delta's `tool_calls`, one per call it touches.
+    fn read(&mut self, i: usize, text: &str, fin: bool) -> (String, Vec<Value>) {
+        let mut events = self.parsers[i].push(text);
+        if fin {
+            events.extend(self.parsers[i].finish());
+        }
+        let mut content = String::new();
+        let mut entries: Vec<Value> = vec![];
+        for e in events {
+            match e {
+                ToolEvent::Content(t) => content.push_str(&t),
+                ToolEvent::Start { index, .. } | ToolEvent::Args { index, .. }
+                    if index > 0 && !self.parallel => {}
+                ToolEvent::Start { index, name } => {
+                    let id = call_id(self.format);
+                    self.ids[i].push(id.clone());
+                    entries.push(json!({"index": index, "id": id, "type": "function",
+                                        "function": {"name": name, "arguments": ""}}));
+                }
+                ToolEvent::Args { index, text } => match entries.last_mut() {
+                    Some(last) if last["index"] == index => {
+                        let args = &mut last["function"]["arguments"];
+                        *args = json!(format!("{}{text}", args.as_str().unwrap_or("")));
+                    }
+                    _ => entries.push(json!({"index": index, "function": {"arguments": text}})),
+                },
+            }
+        }
+        (content, entries)
+    }
+
+    fn called(&self, i: usize) -> bool {
+        !self.ids[i].is_empty()
+    }
+}
+
+/// A turn that called tools and stopped on its own ends with `tool_calls`.
+fn finish_reason(reason: &'static str, called: bool) -> &'static str {
+    match (reason, called) {
+        ("stop", true) => "tool_calls",
+        _ => reason,
+    }
 }
 
 /// The response of one chat request, from its engine events: a role chunk per choice, then
@@ -201,6 +311,7 @@ struct Delta<'a> {
 /// or, not streamed, one body.
 pub struct ChatResponse {
     pub head: ChunkHead,
+    tools: Option<ResponseTools>,
     pub n: u32,
     /// Top logprobs per token, when asked for.
     pub logprobs: Option<u32>,
@@ -221,6 +332,7 @@ impl ChatResponse {
                 delta: Delta {
                     role,
                     content: Some(content),
+                    tool_calls: vec![],
                 },
                 logprobs: &Value::Null,
                 finish_reason: None,
@@ -261,15 +373,29 @@ impl ChatResponse {
         }
         let lp = self.logprobs_json(tok, &out.logprobs);
         let finish = out.finish.as_ref();
-        let content = (!out.text.is_empty() || finish.is_none()).then_some(out.text.as_str());
+        let (content, tool_calls, called) = match &mut self.tools {
+            None => {
+                let text = (!out.text.is_empty() || finish.is_none()).then_some(out.text.clone());
+                (text, vec![], false)
+            }
+            Some(t) => {
+                let i = out.index as usize;
+                let (content, calls) = t.read(i, &out.text, finish.is_some());
+                if content.is_empty() && calls.is_empty() && finish.is_none() && lp.is_null() {
+                    return None;
+                }
+                ((!content.is_empty()).then_some(content), calls, t.called(i))
+            }
+        };
         let c = ChoiceDelta {
             index: out.index,
             delta: Delta {
                 role: None,
-                content,
+                content: content.as_deref(),
+                tool_calls,
             },
             logprobs: &lp,
-            finish_reason: finish.map(|f| f.reason),
+            finish_reason: finish.map(|f| finish_reason(f.reason, called)),
             stop_reason: finish.map(|f| &f.stop_reason),
         };
         Some(self.head.frame(&[c]))
@@ -288,16 +414,39 @@ impl ChatResponse {
             .choices
             .into_iter()
             .enumerate()
-            .map(|(i, choice)| ChatChoice {
-                index: i,
-                message: AssistantMessage {
-                    role: "assistant",
-                    content: format!("{}{}", self.echo, choice.text),
-                    tool_calls: vec![],
-                },
-                logprobs: self.logprobs_json(tok, &choice.logprobs),
-                finish_reason: choice.finish.reason,
-                stop_reason: choice.finish.stop_reason,
+            .map(|(i, choice)| {
+                let (content, tool_calls) = match &self.tools {
+                    None => (Some(format!("{}{}", self.echo, choice.text)), vec![]),
+                    Some(t) => {
+                        let mut parsed = parse_whole(t.format, &choice.text);
+                        if !t.parallel {
+                            parsed.calls.truncate(1);
+                        }
+                        let content = format!("{}{}", self.echo, parsed.content);
+                        let calls: Vec<Value> = parsed
+                            .calls
+                            .into_iter()
+                            .map(|(name, arguments)| {
+                                json!({"id": call_id(t.format), "type": "function",
+                                       "function": {"name": name, "arguments": arguments}})
+                            })
+                            .collect();
+                        let content = (calls.is_empty() || !content.is_empty()).then_some(content);
+                        (content, calls)
+                    }
+                };
+                let called = !tool_calls.is_empty();
+                ChatChoice {
+                    index: i,
+                    message: AssistantMessage {
+                        role: "assistant",
+                        content,
+                        tool_calls,
+                    },
+                    logprobs: self.logprobs_json(tok, &choice.logprobs),
+                    finish_reason: finish_reason(choice.finish.reason, called),
+                    stop_reason: choice.finish.stop_reason,
+                }
             })
             .collect();
         let body = ChatCompletion {
@@ -343,8 +492,10 @@ pub struct ChatChoice {
 #[derive(Serialize, ToSchema)]
 pub struct AssistantMessage {
     role: &'static str,
-    content: String,
-    /// Always empty (no tool calling).
+    /// Null when the turn is only tool calls.
+    content: Option<String>,
+    /// `{"id", "type": "function", "function": {"name", "arguments"}}` per call (`arguments`:
+    /// JSON text).
     #[schema(value_type = Vec<Object>)]
     tool_calls: Vec<Value>,
 }
@@ -475,6 +626,62 @@ mod tests {
                 "prompt_logprobs": null,
             })
         );
+    }
+
+    #[test]
+    fn tool_calls_stream_and_collect_alike() {
+        let mut ctx = test_context();
+        ctx.tools = crate::tools::ToolOptions::new(Some("hermes"), true).unwrap();
+        let body = json!({"messages": [{"role": "user", "content": "Hello"}], "stream": true,
+                          "tools": [{"type": "function", "function": {"name": "f"}},
+                                    {"type": "function", "function": {"name": "g"}}]});
+        let (_, mut resp) = call(&ctx, body);
+        let tok = &ctx.tokenizer;
+        let text = "Hi <tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>\
+                    <tool_call>{\"name\": \"g\", \"arguments\": {\"a\": 1}}</tool_call>";
+        // A partial tag is held back; then both calls arrive in one chunk.
+        let f = resp
+            .event(tok, 0, &output(0, "Hi <tool_", 1, None))
+            .unwrap();
+        assert_eq!(parsed(&f)["choices"][0]["delta"], json!({"content": "Hi "}));
+        let rest = &text["Hi <tool_".len()..];
+        let f = resp
+            .event(tok, 0, &output(0, rest, 1, Some(("stop", Value::Null))))
+            .unwrap();
+        let mut c = parsed(&f)["choices"][0].clone();
+        for e in c["delta"]["tool_calls"].as_array_mut().unwrap() {
+            assert!(e["id"].as_str().unwrap().starts_with("chatcmpl-tool-"));
+            e["id"] = json!("ID");
+        }
+        assert_eq!(
+            c,
+            json!({"index": 0, "logprobs": null, "finish_reason": "tool_calls",
+                   "stop_reason": null, "delta": {"tool_calls": [
+                {"index": 0, "id": "ID", "type": "function",
+                 "function": {"name": "f", "arguments": "{}"}},
+                {"index": 1, "id": "ID", "type": "function",
+                 "function": {"name": "g", "arguments": "{\"a\": 1}"}}]}})
+        );
+        // Not streamed: the same calls, content before them, the same finish reason.
+        let mut col = Collector::new(1, vec![3]);
+        col.push(tok, 0, output(0, text, 2, Some(("stop", Value::Null))));
+        let v = resp.body(tok, col.finish());
+        let m = &v["choices"][0]["message"];
+        assert_eq!(m["content"], "Hi ");
+        let calls: Vec<(&str, &str)> = m["tool_calls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                let f = &c["function"];
+                (
+                    f["name"].as_str().unwrap(),
+                    f["arguments"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(calls, vec![("f", "{}"), ("g", "{\"a\": 1}")]);
+        assert_eq!(v["choices"][0]["finish_reason"], "tool_calls");
     }
 
     #[test]

@@ -6,6 +6,7 @@ use crate::prompt::{render_chat, TemplateArgs};
 use crate::structured::{GrammarCompiler, StructuredOptions};
 use crate::text::chat_template::ChatTemplate;
 use crate::text::tokenizer::Tokenizer;
+use crate::tools::ToolOptions;
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -37,6 +38,10 @@ pub struct ApiContext {
     /// Structured outputs' compiler, or why this model has none (an embedding model, a
     /// tokenizer whose vocabulary llguidance cannot read as bytes).
     pub grammars: Result<Arc<GrammarCompiler>, String>,
+    /// `--tool-call-parser` and `--enable-auto-tool-choice`.
+    pub tools: ToolOptions,
+    /// What the shell logs once at start-up (e.g. a template that ignores tools).
+    pub warnings: Vec<String>,
 }
 
 /// What the engine worker says of its model (GetModelInfo), in the API's own types.
@@ -71,6 +76,10 @@ pub struct ApiOptions {
     pub max_beam_width: u32,
     /// `--structured-outputs-config`.
     pub structured: StructuredOptions,
+    /// `--tool-call-parser`.
+    pub tool_call_parser: Option<String>,
+    /// `--enable-auto-tool-choice`.
+    pub enable_auto_tool_choice: bool,
 }
 
 impl ApiOptions {
@@ -96,6 +105,7 @@ impl ApiContext {
         o: &ApiOptions,
         template: Option<ChatTemplate>,
     ) -> anyhow::Result<ApiContext> {
+        let tools = ToolOptions::new(o.tool_call_parser.as_deref(), o.enable_auto_tool_choice)?;
         let tok_path = o.tokenizer_path.as_deref().unwrap_or(&model.tokenizer_path);
         let tokenizer = Tokenizer::from_file(std::path::Path::new(tok_path))?;
         let template = match template {
@@ -125,7 +135,21 @@ impl ApiContext {
             .map(Arc::new)
             .map_err(|e| format!("its tokenizer's vocabulary cannot be read as bytes ({e})")),
         };
+        let mut warnings = vec![];
+        if tools.auto
+            && !template
+                .as_ref()
+                .is_some_and(|t| t.source().contains("tools"))
+        {
+            warnings.push(
+                "--enable-auto-tool-choice is set but the chat template never reads `tools`: \
+                 the model is not told which tools it has (pass a tool-aware --chat-template)"
+                    .to_string(),
+            );
+        }
         Ok(ApiContext {
+            tools,
+            warnings,
             vocab_size,
             grammars,
             tokenizer: Arc::new(tokenizer),
@@ -250,5 +274,7 @@ pub(crate) fn test_context() -> ApiContext {
         max_num_seqs: 8,
         hidden_size: 0,
         lowercase_inputs: false,
+        tools: ToolOptions::default(),
+        warnings: vec![],
     }
 }

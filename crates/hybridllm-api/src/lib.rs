@@ -28,5 +28,6 @@ pub mod structured;
 pub mod text;
 pub mod text_deltas;
 pub mod tokenize;
+pub mod tools;
 pub mod usage;
 pub mod validation;

@@ -45,8 +45,8 @@ pub enum TextKind {
 /// Chat-template inputs, shared with /tokenize.
 #[derive(Debug, Default, Deserialize, ToSchema)]
 pub struct TemplateArgs {
-    /// Given to the template (on chat completions only an empty list: tool calling is not
-    /// served).
+    /// Given to the template; on chat completions, the function tools the model may call
+    /// (`tools::read_tools`).
     pub tools: Option<Value>,
     pub documents: Option<Value>,
     pub add_generation_prompt: Option<bool>,
@@ -64,7 +64,9 @@ fn prepare_messages(messages: &[Value]) -> Result<Vec<Value>, ApiError> {
             "messages must contain at least one message.",
         ));
     }
-    messages
+    // The function each call id named, for tool results that do not say it.
+    let mut called: std::collections::HashMap<String, Value> = Default::default();
+    let prepared: Result<Vec<Value>, ApiError> = messages
         .iter()
         .enumerate()
         .map(|(i, m)| {
@@ -76,6 +78,10 @@ fn prepare_messages(messages: &[Value]) -> Result<Vec<Value>, ApiError> {
                     "messages",
                     format!("messages[{i}].role must be a string."),
                 ));
+            }
+            // As vLLM: no content (an assistant turn of only tool calls) is an empty text.
+            if m.get("content").is_none_or(Value::is_null) {
+                m.insert("content".into(), Value::String(String::new()));
             }
             if let Some(Value::Array(parts)) = m.get("content") {
                 let mut texts = vec![];
@@ -112,9 +118,46 @@ fn prepare_messages(messages: &[Value]) -> Result<Vec<Value>, ApiError> {
                     }
                 }
             }
+            for c in m
+                .get("tool_calls")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                if let (Some(Value::String(id)), Some(name)) =
+                    (c.get("id"), c.pointer("/function/name"))
+                {
+                    called.insert(id.clone(), name.clone());
+                }
+            }
+            // Templates such as Hermes' read a tool result's `name`; OpenAI clients send only
+            // `tool_call_id`.
+            if m.get("role").and_then(Value::as_str) == Some("tool") && !m.contains_key("name") {
+                let name = m.get("tool_call_id").and_then(Value::as_str);
+                if let Some(name) = name.and_then(|id| called.get(id)) {
+                    m.insert("name".into(), name.clone());
+                }
+            }
             Ok(Value::Object(m))
         })
-        .collect()
+        .collect();
+    prepared
+}
+
+/// Function tools as templates read them: one without `parameters` has an empty object
+/// schema (templates iterate `tool.parameters.properties`).
+fn with_parameters(mut tools: Value) -> Value {
+    for t in tools.as_array_mut().into_iter().flatten() {
+        if let Some(Value::Object(f)) = t.get_mut("function") {
+            if f.get("parameters").is_none_or(Value::is_null) {
+                f.insert(
+                    "parameters".into(),
+                    serde_json::json!({"type": "object", "properties": {}}),
+                );
+            }
+        }
+    }
+    tools
 }
 
 /// The template of a request (`chat_template`), else the server's.
@@ -142,7 +185,7 @@ pub fn render_chat(
     };
     let input = RenderInput {
         messages: prepare_messages(messages)?,
-        tools: t.tools.clone(),
+        tools: t.tools.clone().map(with_parameters),
         documents: t.documents.clone(),
         add_generation_prompt: t.add_generation_prompt.unwrap_or(default_agp),
         continue_final_message: t.continue_final_message.unwrap_or(false),

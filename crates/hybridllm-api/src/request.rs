@@ -74,7 +74,8 @@ pub fn text_modality(v: &Value) -> bool {
         .is_some_and(|a| a.iter().all(|m| m.as_str() == Some("text")))
 }
 
-const TOOLS: &str = "tool calling is not implemented by this server yet";
+const FUNCTIONS: &str =
+    "OpenAI's deprecated function calling is not served; use tools and tool_choice";
 const VLLM: &str = "this vLLM extension is not implemented by this server yet";
 
 /// A list of `Unhonoured`, one `"field" => neutral, why;` a line.
@@ -101,10 +102,8 @@ const VLLM_EXTENSIONS: &[Unhonoured] = unhonoured! {
 };
 
 const CHAT_ONLY: &[Unhonoured] = unhonoured! {
-    "tools" => empty_or_false, TOOLS;
-    "tool_choice" => no_tool, TOOLS;
-    "functions" => empty_or_false, TOOLS;
-    "function_call" => no_tool, TOOLS;
+    "functions" => empty_or_false, FUNCTIONS;
+    "function_call" => no_tool, FUNCTIONS;
     "reasoning_effort" => never, "reasoning output is not implemented by this server yet";
     "audio" => never, "audio output is not supported";
     "modalities" => text_modality, "only text output is supported";
@@ -301,8 +300,8 @@ mod tests {
              instead."
         );
         assert_eq!(
-            err(r#"{"tool_choice": "required"}"#).body()["error"]["param"],
-            "tool_choice"
+            err(r#"{"function_call": "auto"}"#).body()["error"]["param"],
+            "function_call"
         );
         assert_eq!(
             err(r#"{"priority": 3}"#).body()["error"]["param"],
@@ -318,7 +317,7 @@ mod tests {
     #[test]
     fn neutral_values_ask_for_nothing() {
         for body in [
-            r#"{"structural_tag": null, "tools": [], "tool_choice": "none"}"#,
+            r#"{"structural_tag": null, "functions": [], "function_call": "none"}"#,
             r#"{"priority": 0, "modalities": ["text"], "bad_words": []}"#,
             r#"{"user": "u", "metadata": {"a": "b"}, "unknown_field": 1}"#,
         ] {

@@ -119,17 +119,26 @@ pub struct Constraint {
     disable_any_whitespace: Option<bool>,
     disable_additional_properties: Option<bool>,
     whitespace_pattern: Option<String>,
+    /// Constraints it is made of, compiled one by one when it fails to name the culprit
+    /// (a tool grammar's schemas).
+    parts: Vec<Constraint>,
 }
 
 impl Constraint {
-    fn new(param: &str, kind: Kind) -> Self {
+    pub(crate) fn new(param: &str, kind: Kind) -> Self {
         Constraint {
             param: param.to_string(),
             kind,
             disable_any_whitespace: None,
             disable_additional_properties: None,
             whitespace_pattern: None,
+            parts: vec![],
         }
+    }
+
+    pub(crate) fn with_parts(mut self, parts: Vec<Constraint>) -> Self {
+        self.parts = parts;
+        self
     }
 }
 
@@ -384,7 +393,7 @@ fn depth(v: &Value, limit: usize) -> usize {
 
 /// vLLM's `disable_additional_properties`: every object schema that says nothing of
 /// `additionalProperties` gets `false`.
-fn close_objects(v: &mut Value) {
+pub(crate) fn close_objects(v: &mut Value) {
     match v {
         Value::Object(o) => {
             let is_object = o.get("type") == Some(&json!("object")) || o.contains_key("properties");
@@ -518,6 +527,15 @@ impl GrammarCompiler {
     /// checking its size and nesting and compiling it here: a constraint that does not compile,
     /// or that nothing can satisfy, is a 400 naming the field with llguidance's reason.
     pub fn compile(&self, c: &Constraint) -> Result<String, ApiError> {
+        self.compile_one(c).map_err(|e| {
+            c.parts
+                .iter()
+                .find_map(|part| self.compile_one(part).err())
+                .unwrap_or(e)
+        })
+    }
+
+    fn compile_one(&self, c: &Constraint) -> Result<String, ApiError> {
         let p = c.param.as_str();
         let o = &self.options;
         let bytes = match &c.kind {

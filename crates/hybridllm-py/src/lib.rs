@@ -151,6 +151,17 @@ impl ChatTemplate {
 /// `add_generation_prompt`, `continue_final_message`, `chat_template`,
 /// `chat_template_kwargs`) as JSON text; `template` the server's (None: the model has none).
 /// Raises ApiError as the Rust frontend answers.
+/// A model's whole output read by a tool-call parser (`hermes`, `llama3_json`, `pythonic`,
+/// `mistral`): its content and its calls as (name, arguments JSON text) pairs, as the chat
+/// endpoint reads them. Raises ValueError for an unknown parser.
+#[pyfunction]
+fn parse_tool_calls(parser: &str, text: &str) -> PyResult<(String, Vec<(String, String)>)> {
+    let format = hybridllm_api::tools::parsers::ToolFormat::from_name(parser)
+        .ok_or_else(|| PyValueError::new_err(format!("unknown tool-call parser {parser:?}")))?;
+    let out = hybridllm_api::tools::parsers::parse_whole(format, text);
+    Ok((out.content, out.calls))
+}
+
 #[pyfunction]
 #[pyo3(signature = (template, messages, args, add_generation_prompt, bos_token, eos_token))]
 fn render_chat(
@@ -326,6 +337,8 @@ impl Context {
                 max_num_seqs,
                 hidden_size,
                 lowercase_inputs,
+                tools: Default::default(),
+                warnings: vec![],
             }),
         })
     }
@@ -335,7 +348,8 @@ impl Context {
     #[staticmethod]
     #[pyo3(signature = (model_info, *, served_model_name, max_model_len, tokenizer_path,
                         chat_template, max_tokens_limit, max_beam_width,
-                        structured_outputs_config=None))]
+                        structured_outputs_config=None, tool_call_parser=None,
+                        enable_auto_tool_choice=false))]
     #[allow(clippy::too_many_arguments)]
     fn from_model(
         model_info: &Bound<'_, PyAny>,
@@ -346,6 +360,8 @@ impl Context {
         max_tokens_limit: Option<u32>,
         max_beam_width: u32,
         structured_outputs_config: Option<String>,
+        tool_call_parser: Option<String>,
+        enable_auto_tool_choice: bool,
     ) -> PyResult<Self> {
         let err = |e: anyhow::Error| PyValueError::new_err(format!("{e:#}"));
         let structured =
@@ -359,6 +375,8 @@ impl Context {
             chat_template,
             max_tokens_limit,
             max_beam_width,
+            tool_call_parser,
+            enable_auto_tool_choice,
         };
         let m = model_info;
         macro_rules! read {
@@ -407,6 +425,12 @@ impl Context {
     #[getter]
     fn max_model_len(&self) -> u32 {
         self.inner.max_model_len
+    }
+
+    /// What to log once at start-up.
+    #[getter]
+    fn warnings(&self) -> Vec<String> {
+        self.inner.warnings.clone()
     }
 }
 
@@ -1344,6 +1368,7 @@ fn _api(m: &Bound<'_, PyModule>) -> PyResult<()> {
         })
     });
     m.add_function(wrap_pyfunction!(structured_grammar, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_tool_calls, m)?)?;
     m.add_function(wrap_pyfunction!(check_headers, m)?)?;
     m.add_function(wrap_pyfunction!(check_json_content_type, m)?)?;
     m.add_function(wrap_pyfunction!(check_body_size, m)?)?;

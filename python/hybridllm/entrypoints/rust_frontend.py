@@ -105,6 +105,13 @@ def add_frontend_args(parser: argparse.ArgumentParser) -> None:
              "llguidance), disable_any_whitespace, disable_additional_properties, and this "
              "server's limits max_bytes, max_depth and max_compile_ms (docs/"
              "structured_outputs.md).")
+    add("--tool-call-parser", default=None,
+        choices=["hermes", "llama3_json", "pythonic", "mistral"],
+        help="How the model writes tool calls: its calls are read into tool_calls "
+             "(docs/tool_calling.md).")
+    add("--enable-auto-tool-choice", action="store_true",
+        help="Serve tool_choice \"auto\": the model's own calls are parsed with "
+             "--tool-call-parser (required and named choices need neither flag).")
     add("--ssl-keyfile", default=None, help="PEM private key: serve HTTPS.")
     add("--ssl-certfile", default=None, help="PEM certificate (chain): serve HTTPS.")
     add("--chat-template", default=None, help="A Jinja file overriding the model's template.")
@@ -166,6 +173,8 @@ class ServeOptions:
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
     structured_outputs_config: dict[str, Any] | None = None
+    tool_call_parser: str | None = None
+    enable_auto_tool_choice: bool = False
 
 
 def shutdown_timeout(args: argparse.Namespace) -> float:
@@ -203,6 +212,8 @@ def frontend_options(args: argparse.Namespace) -> ServeOptions:
         ssl_certfile=_abspath(args.ssl_certfile),
         ssl_keyfile=_abspath(args.ssl_keyfile),
         structured_outputs_config=getattr(args, "structured_outputs_config", None),
+        tool_call_parser=getattr(args, "tool_call_parser", None),
+        enable_auto_tool_choice=getattr(args, "enable_auto_tool_choice", False),
     )
 
 

@@ -114,6 +114,17 @@ impl ChatTemplate {
         env.add_function("strftime_now", strftime_now);
         env.add_filter("tojson", tojson);
         env.add_filter("string", py_string);
+        // Jinja2's `items` gives nothing for an undefined value (a tool without parameters).
+        env.add_filter("items", |v: Value| -> Result<Value, Error> {
+            if v.is_undefined() {
+                return Ok(Value::from(Vec::<Value>::new()));
+            }
+            let pairs: Result<Vec<Value>, Error> = v
+                .try_iter()?
+                .map(|k| Ok(Value::from(vec![k.clone(), v.get_item(&k)?])))
+                .collect();
+            pairs.map(Value::from)
+        });
         // Jinja2: str, list, dict and Undefined (iterates as empty) are iterable; None is not.
         env.add_test("iterable", |v: Value| {
             matches!(

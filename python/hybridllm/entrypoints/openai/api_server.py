@@ -46,7 +46,9 @@ async def build_state(engine: EngineClient, options: ServeOptions) -> AppState:
             max_model_len=options.max_model_len, tokenizer_path=options.tokenizer_path,
             chat_template=options.chat_template, max_tokens_limit=options.max_tokens_limit,
             max_beam_width=options.max_beam_width,
-            structured_outputs_config=json.dumps(options.structured_outputs_config))
+            structured_outputs_config=json.dumps(options.structured_outputs_config),
+            tool_call_parser=options.tool_call_parser,
+            enable_auto_tool_choice=options.enable_auto_tool_choice)
     except ValueError as e:
         raise RuntimeError(str(e)) from None
     state = AppState(
@@ -54,6 +56,8 @@ async def build_state(engine: EngineClient, options: ServeOptions) -> AppState:
         metrics=_api.Metrics(), auth=auth(options),
         responses=_api.ResponseStore(options.responses_store_size),
     )
+    for warning in api.warnings:
+        logger.warning("%s", warning)
     logger.info("engine ready: model=%s max_model_len=%d", api.model_name, api.max_model_len)
     return state
 

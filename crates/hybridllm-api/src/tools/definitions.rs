@@ -1,0 +1,136 @@
+//! A request's function tools (`tools`): read and checked, each with a usable schema.
+use crate::errors::ApiError;
+use serde_json::{json, Value};
+use std::collections::HashSet;
+
+/// A function tool of the request.
+#[derive(Debug, Clone)]
+pub struct FunctionTool {
+    pub name: String,
+    /// Its `parameters` schema (`{"type": "object", "properties": {}}` when absent).
+    pub parameters: Value,
+}
+
+fn bad(param: &str, message: impl Into<String>) -> ApiError {
+    ApiError::bad_param(param, message)
+}
+
+const TYPES: [&str; 7] = [
+    "object", "array", "string", "number", "integer", "boolean", "null",
+];
+
+/// The shape of a JSON schema, as far as tools need it checked before any use: a schema is
+/// an object (or a boolean); `type` names JSON types; `properties` maps names to schemas;
+/// `required` lists names; `items` is a schema.
+fn check_schema(s: &Value, path: &str) -> Result<(), ApiError> {
+    let top = path.split('.').take(3).collect::<Vec<_>>().join(".");
+    let obj = match s {
+        Value::Bool(_) => return Ok(()),
+        Value::Object(o) => o,
+        _ => {
+            return Err(bad(
+                &top,
+                format!("{path} must be a JSON schema (an object), got {s}."),
+            ))
+        }
+    };
+    let type_ok = |t: &Value| t.as_str().is_some_and(|t| TYPES.contains(&t));
+    match obj.get("type") {
+        None => {}
+        Some(Value::Array(ts)) if ts.iter().all(type_ok) => {}
+        Some(t) if type_ok(t) => {}
+        Some(t) => {
+            return Err(bad(
+                &top,
+                format!(
+                    "{path}.type must name JSON types ({}), got {t}.",
+                    TYPES.join(", ")
+                ),
+            ))
+        }
+    }
+    if let Some(props) = obj.get("properties") {
+        let Value::Object(props) = props else {
+            return Err(bad(&top, format!("{path}.properties must be an object.")));
+        };
+        for (k, v) in props {
+            check_schema(v, &format!("{path}.properties.{k}"))?;
+        }
+    }
+    if let Some(r) = obj.get("required") {
+        if !r.as_array().is_some_and(|a| a.iter().all(Value::is_string)) {
+            return Err(bad(
+                &top,
+                format!("{path}.required must be a list of names."),
+            ));
+        }
+    }
+    if let Some(items) = obj.get("items") {
+        check_schema(items, &format!("{path}.items"))?;
+    }
+    Ok(())
+}
+
+/// The request's `tools`: function tools with unique names and schemas.
+pub fn read_tools(tools: Option<&Value>) -> Result<Vec<FunctionTool>, ApiError> {
+    let list = match tools {
+        None | Some(Value::Null) => return Ok(vec![]),
+        Some(Value::Array(a)) => a,
+        Some(_) => return Err(bad("tools", "tools must be a list of function tools.")),
+    };
+    let mut seen = HashSet::new();
+    let mut out = vec![];
+    for (i, t) in list.iter().enumerate() {
+        let p = format!("tools[{i}]");
+        match t.get("type").and_then(Value::as_str) {
+            Some("function") => {}
+            Some(other) => {
+                return Err(bad(
+                    &format!("{p}.type"),
+                    format!(
+                        "{p}.type must be \"function\", got {other:?}: only function tools are \
+                         served."
+                    ),
+                ))
+            }
+            None => {
+                return Err(bad(
+                    &format!("{p}.type"),
+                    format!("{p}.type must be \"function\"."),
+                ))
+            }
+        }
+        let Some(f) = t.get("function").filter(|f| f.is_object()) else {
+            let fp = format!("{p}.function");
+            return Err(bad(&fp, format!("{fp} must be an object with a name.")));
+        };
+        let name = match f.get("name") {
+            Some(Value::String(n)) if !n.is_empty() => n.clone(),
+            _ => {
+                let np = format!("{p}.function.name");
+                return Err(bad(&np, format!("{np} must be a non-empty string.")));
+            }
+        };
+        if !seen.insert(name.clone()) {
+            let np = format!("{p}.function.name");
+            return Err(bad(
+                &np,
+                format!("tool names must be unique: {name:?} is given twice."),
+            ));
+        }
+        let pp = format!("{p}.function.parameters");
+        let parameters = match f.get("parameters") {
+            None | Some(Value::Null) => json!({"type": "object", "properties": {}}),
+            Some(s) => {
+                check_schema(s, &pp)?;
+                s.clone()
+            }
+        };
+        if let Some(strict) = f.get("strict").filter(|s| !s.is_null() && !s.is_boolean()) {
+            let sp = format!("{p}.function.strict");
+            return Err(bad(&sp, format!("{sp} must be a boolean, got {strict}.")));
+        }
+        out.push(FunctionTool { name, parameters });
+    }
+    Ok(out)
+}
