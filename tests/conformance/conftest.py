@@ -63,7 +63,8 @@ def servers(
 
 
 # Per-request random values; everything else must match.
-_ID = re.compile(r"(chatcmpl|cmpl|embd|modelperm)-[0-9a-f]{32}(-\d+)?|(resp|msg)_[0-9a-f]{32}")
+_ID = re.compile(r"(chatcmpl(-tool)?|cmpl|embd|modelperm)-[0-9a-f]{32}(-\d+)?"
+                 r"|(resp|msg)_[0-9a-f]{32}")
 _TIMES = ("created", "created_at")
 
 

@@ -1,0 +1,35 @@
+"""Servers for tests/tools: a Rust-frontend and a Python-fallback server of the bundled model
+with vLLM's tool flags (the Hermes format and template, auto tool choice), started once for
+the package."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.launch import Server, start, stop, wait_ready
+
+HERMES_TEMPLATE = (Path(__file__).resolve().parents[2].parent / "shared" / "chat_templates"
+                   / "tool_chat_template_hermes.jinja")
+FLAGS = ["--max-model-len", "2048", "--max-num-seqs", "16", "--kv-cache-memory", str(256 << 20),
+         "--chat-template", str(HERMES_TEMPLATE), "--tool-call-parser", "hermes",
+         "--enable-auto-tool-choice"]
+
+
+@pytest.fixture(scope="session")
+def served(tmp_path_factory: pytest.TempPathFactory, model_path: Path) -> Iterator[dict]:
+    """{"rust": ..., "python": ...}, loaded in parallel."""
+    servers: dict[str, Server] = {}
+    try:
+        for kind in ("rust", "python"):
+            servers[kind] = start(kind, tmp_path_factory.mktemp(kind), *FLAGS,
+                                  "--disable-log-requests", model=model_path,
+                                  env={"HYBRIDLLM_LOG": "warn"}, wait=False)
+        for s in servers.values():
+            wait_ready(s)
+        yield servers
+    finally:
+        for s in servers.values():
+            stop(s)
