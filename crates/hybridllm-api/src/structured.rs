@@ -790,6 +790,76 @@ mod tests {
         );
     }
 
+    /// Whether `k`'s grammar accepts `text` whole (one token per byte).
+    fn accepts(c: &GrammarCompiler, k: &Constraint, text: &str) -> bool {
+        let g: TopLevelGrammar = serde_json::from_str(&c.compile(k).unwrap()).unwrap();
+        let parser = c.factory.create_parser_from_init_ext(
+            GrammarInit::Serialized(g),
+            Logger::new(0, 0),
+            InferenceCapabilities::default(),
+            c.limits(),
+        );
+        let mut m = Matcher::new(parser);
+        let toks: Vec<u32> = text.bytes().map(u32::from).collect();
+        m.consume_tokens(&toks).is_ok() && m.is_accepting().unwrap_or(false)
+    }
+
+    #[test]
+    fn tool_grammars_accept_their_parsers_format() {
+        use crate::tools::parsers::{parse_whole, ToolFormat};
+        let c = compiler(StructuredOptions::default());
+        let tools = json!([
+            {"type": "function", "function": {"name": "get_weather", "parameters": {
+                "type": "object", "required": ["city", "unit"], "properties": {
+                    "city": {"type": "string"}, "unit": {"type": "string", "enum": ["c", "f"]}}}}},
+            {"type": "function", "function": {"name": "now"}},
+        ]);
+        let want = vec![
+            ("get_weather".to_string(), String::new()),
+            ("now".to_string(), String::new()),
+        ];
+        for (format, good, bad) in [
+            (
+                ToolFormat::Hermes,
+                "<tool_call>\n{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\",\
+                 \"unit\":\"c\"}}\n</tool_call>\n<tool_call>\n{\"name\":\"now\",\
+                 \"arguments\":{}}\n</tool_call>",
+                "<tool_call>\n{\"name\":\"nope\",\"arguments\":{}}\n</tool_call>",
+            ),
+            (
+                ToolFormat::Llama3Json,
+                "{\"name\":\"get_weather\",\"parameters\":{\"city\":\"Paris\",\"unit\":\"c\"}}; \
+                 {\"name\":\"now\",\"parameters\":{}}",
+                "{\"name\":\"now\",\"parameters\":{\"extra\":1}}",
+            ),
+            (
+                ToolFormat::Mistral,
+                "[TOOL_CALLS][{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\",\
+                 \"unit\":\"c\"}}, {\"name\":\"now\",\"arguments\":{}}]",
+                "[TOOL_CALLS][]",
+            ),
+            (
+                ToolFormat::Pythonic,
+                "[get_weather(city=\"Paris\", unit=\"c\"), now()]",
+                "[get_weather(city=\"Paris\", unit=\"x\")]",
+            ),
+        ] {
+            let opts = crate::tools::ToolOptions::new(Some(format.name()), true).unwrap();
+            let plan = crate::tools::plan(&opts, Some(&tools), Some(&json!("required")), None)
+                .unwrap()
+                .unwrap();
+            let k = plan.constraint.unwrap();
+            assert!(accepts(&c, &k, good), "{format:?} refuses {good}");
+            assert!(!accepts(&c, &k, bad), "{format:?} allows {bad}");
+            let names: Vec<(String, String)> = parse_whole(format, good)
+                .calls
+                .into_iter()
+                .map(|(n, _)| (n, String::new()))
+                .collect();
+            assert_eq!(names, want, "{format:?}");
+        }
+    }
+
     #[test]
     fn options_shape_the_json_grammar() {
         let schema = json!({"type": "object", "properties": {"a": {"type": "object"}}});
