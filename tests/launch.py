@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -142,6 +142,23 @@ def wait_ready(server: Server, timeout: float = 240, how: str = "health",
         time.sleep(0.2)
     stop(server)
     raise RuntimeError(f"{server.kind} server did not come up:\n{_logs(server)}")
+
+
+def both_frontends(folder: Callable[[str], Path], model: Path | str,
+                   *flags: str) -> Iterator[dict[str, Server]]:
+    """{"rust": ..., "python": ...} serving `model` with `flags`, loaded in parallel (each in
+    `folder(kind)`); stopped when the caller is done (a session fixture's body)."""
+    servers: dict[str, Server] = {}
+    try:
+        for kind in ("rust", "python"):
+            servers[kind] = start(kind, folder(kind), *flags, "--disable-log-requests",
+                                  model=model, env={"HYBRIDLLM_LOG": "warn"}, wait=False)
+        for s in servers.values():
+            wait_ready(s)
+        yield servers
+    finally:
+        for s in servers.values():
+            stop(s)
 
 
 def engine_flags(flags: Sequence[str]) -> list[str]:

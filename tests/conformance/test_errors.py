@@ -136,9 +136,10 @@ CASES: list[tuple[str, str | bytes, int, str | Foreign | None]] = [
     (C, '{"messages":' + HI + ',"response_format":{"type":"json_schema","json_schema":'
         '{"name":"x","schema":{"type":"nonsense"}}}}', 400,
      "response_format.json_schema.schema cannot be enforced: Invalid type: nonsense."),
+    # Tool calling's refusals (more: tests/conformance/test_tools.py).
     (C, '{"messages":' + HI + ',"tools":[{"type":"function","function":{"name":"f"}}],'
-        '"tool_choice":"required"}', 400,
-     "tools is not supported: tool calling is not implemented by this server yet."),
+        '"tool_choice":"auto"}', 400,
+     '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'),
     (C, '{"messages":' + HI + ',"priority":3}', 400,
      "priority is not supported: this vLLM extension is not implemented by this server yet."),
     (P, '{"prompt":"a","prompt_logprobs":1,"stream":true}', 400,

@@ -85,7 +85,9 @@ def test_unhonoured_fields_are_refused_by_name() -> None:
     assert e == {"message": "structural_tag is not supported: use response_format or "
                             "structured_outputs instead.", "type": "BadRequestError",
                  "param": "structural_tag", "code": 400}
-    assert chat_error_of({"messages": HI, "tools": [{"type": "function"}]})["param"] == "tools"
+    assert chat_error_of({"messages": HI, "functions": [{"name": "f"}]})["param"] == "functions"
+    tool = chat_error_of({"messages": HI, "tools": [{"type": "function"}]})
+    assert tool["param"] == "tools[0].function"
     ctx = _context()
     for neutral in ({"response_format": {"type": "text"}}, {"tools": [], "tool_choice": "none"}):
         _api.ChatCall(ctx, orjson.dumps({"messages": HI, **neutral}))  # asks for nothing

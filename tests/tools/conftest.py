@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.launch import Server, start, stop, wait_ready
+from tests.launch import Server, both_frontends
 
 HERMES_TEMPLATE = (Path(__file__).resolve().parents[2].parent / "shared" / "chat_templates"
                    / "tool_chat_template_hermes.jinja")
@@ -19,17 +19,7 @@ FLAGS = ["--max-model-len", "2048", "--max-num-seqs", "16", "--kv-cache-memory",
 
 
 @pytest.fixture(scope="session")
-def served(tmp_path_factory: pytest.TempPathFactory, model_path: Path) -> Iterator[dict]:
+def served(tmp_path_factory: pytest.TempPathFactory,
+           model_path: Path) -> Iterator[dict[str, Server]]:
     """{"rust": ..., "python": ...}, loaded in parallel."""
-    servers: dict[str, Server] = {}
-    try:
-        for kind in ("rust", "python"):
-            servers[kind] = start(kind, tmp_path_factory.mktemp(kind), *FLAGS,
-                                  "--disable-log-requests", model=model_path,
-                                  env={"HYBRIDLLM_LOG": "warn"}, wait=False)
-        for s in servers.values():
-            wait_ready(s)
-        yield servers
-    finally:
-        for s in servers.values():
-            stop(s)
+    yield from both_frontends(tmp_path_factory.mktemp, model_path, *FLAGS)

@@ -7,7 +7,7 @@
 //! keyword arguments written as JSON), sent in pieces as they arrive: the pieces of a call
 //! concatenated are its whole `arguments`. A call with no arguments gets `{}`.
 use super::pythonic::Pythonic;
-use super::stream::{json_value_end, partial_tag, skip_ws};
+use super::stream::{json_value_end, partial_tag, skip_ws, Machine};
 pub use super::stream::{ParsedOutput, ToolEvent, ToolParser};
 
 /// The formats, by vLLM's `--tool-call-parser` names.
@@ -345,7 +345,7 @@ impl Tagged {
     }
 
     /// One move of the machine; false when it needs more text.
-    fn step(&mut self, out: &mut Vec<ToolEvent>, fin: bool) -> bool {
+    fn move_once(&mut self, out: &mut Vec<ToolEvent>, fin: bool) -> bool {
         let b = self.buf.as_bytes();
         match &mut self.state {
             TagState::Text => {
@@ -566,18 +566,13 @@ impl Tagged {
     }
 }
 
-impl ToolParser for Tagged {
-    fn push(&mut self, text: &str) -> Vec<ToolEvent> {
-        self.buf.push_str(text);
-        let mut out = vec![];
-        while self.step(&mut out, false) {}
-        out
+impl Machine for Tagged {
+    fn held(&mut self) -> &mut String {
+        &mut self.buf
     }
 
-    fn finish(&mut self) -> Vec<ToolEvent> {
-        let mut out = vec![];
-        while self.step(&mut out, true) {}
-        out
+    fn step(&mut self, out: &mut Vec<ToolEvent>, fin: bool) -> bool {
+        self.move_once(out, fin)
     }
 }
 
@@ -607,7 +602,8 @@ enum LlamaState {
 const PYTHON_TAG: &str = "<|python_tag|>";
 
 impl Llama3Json {
-    fn step(&mut self, out: &mut Vec<ToolEvent>, fin: bool) -> bool {
+    /// One move of the machine; false when it needs more text.
+    fn move_once(&mut self, out: &mut Vec<ToolEvent>, fin: bool) -> bool {
         let b = self.buf.as_bytes();
         match &mut self.state {
             LlamaState::Start => {
@@ -706,17 +702,12 @@ impl Llama3Json {
     }
 }
 
-impl ToolParser for Llama3Json {
-    fn push(&mut self, text: &str) -> Vec<ToolEvent> {
-        self.buf.push_str(text);
-        let mut out = vec![];
-        while self.step(&mut out, false) {}
-        out
+impl Machine for Llama3Json {
+    fn held(&mut self) -> &mut String {
+        &mut self.buf
     }
 
-    fn finish(&mut self) -> Vec<ToolEvent> {
-        let mut out = vec![];
-        while self.step(&mut out, true) {}
-        out
+    fn step(&mut self, out: &mut Vec<ToolEvent>, fin: bool) -> bool {
+        self.move_once(out, fin)
     }
 }

@@ -3,7 +3,7 @@
 //! call's keyword arguments become a JSON object, written as Python's `json.dumps` writes it
 //! (what vLLM returns); argument values are Python literals (JSON's `true`, `false` and
 //! `null` are read too). Anything else is content.
-use super::stream::{skip_ws, ToolEvent, ToolParser};
+use super::stream::{skip_ws, Machine, ToolEvent};
 use serde::Serialize;
 use serde_json::{Map, Number, Value};
 
@@ -302,7 +302,8 @@ pub fn py_json(v: &Value) -> String {
 }
 
 impl Pythonic {
-    fn step(&mut self, out: &mut Vec<ToolEvent>, fin: bool) -> bool {
+    /// One move of the machine; false when it needs more text.
+    fn move_once(&mut self, out: &mut Vec<ToolEvent>, fin: bool) -> bool {
         let b = self.buf.as_bytes();
         match self.state {
             State::Start => {
@@ -400,17 +401,12 @@ impl Pythonic {
     }
 }
 
-impl ToolParser for Pythonic {
-    fn push(&mut self, text: &str) -> Vec<ToolEvent> {
-        self.buf.push_str(text);
-        let mut out = vec![];
-        while self.step(&mut out, false) {}
-        out
+impl Machine for Pythonic {
+    fn held(&mut self) -> &mut String {
+        &mut self.buf
     }
 
-    fn finish(&mut self) -> Vec<ToolEvent> {
-        let mut out = vec![];
-        while self.step(&mut out, true) {}
-        out
+    fn step(&mut self, out: &mut Vec<ToolEvent>, fin: bool) -> bool {
+        self.move_once(out, fin)
     }
 }

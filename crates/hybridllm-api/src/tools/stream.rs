@@ -19,6 +19,28 @@ pub trait ToolParser: Send + Sync {
     fn finish(&mut self) -> Vec<ToolEvent>;
 }
 
+/// A parser written as moves over the text it holds: `step` makes one, false when it needs
+/// more text (`fin`: there is no more).
+pub trait Machine: Send + Sync {
+    fn held(&mut self) -> &mut String;
+    fn step(&mut self, out: &mut Vec<ToolEvent>, fin: bool) -> bool;
+}
+
+impl<M: Machine> ToolParser for M {
+    fn push(&mut self, text: &str) -> Vec<ToolEvent> {
+        self.held().push_str(text);
+        let mut out = vec![];
+        while self.step(&mut out, false) {}
+        out
+    }
+
+    fn finish(&mut self) -> Vec<ToolEvent> {
+        let mut out = vec![];
+        while self.step(&mut out, true) {}
+        out
+    }
+}
+
 /// A whole output read: its content and its calls (name, arguments).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct ParsedOutput {
