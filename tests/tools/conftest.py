@@ -1,6 +1,6 @@
 """Servers for tests/tools: a Rust-frontend and a Python-fallback server of the bundled model
-with vLLM's tool flags (the Hermes format and template, auto tool choice), started once for
-the package."""
+with vLLM's tool flags (the Hermes format, a Hermes-style template, auto tool choice), started
+once for the package."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import pytest
 
 from tests.launch import Server, both_frontends
 
-HERMES_TEMPLATE = (Path(__file__).resolve().parents[2].parent / "shared" / "chat_templates"
-                   / "tool_chat_template_hermes.jinja")
+# A Hermes-style template of the repository's own (tests/data/chat_templates).
+HERMES_TEMPLATE = (Path(__file__).resolve().parents[1] / "data" / "chat_templates"
+                   / "hermes_tools.jinja")
 FLAGS = ["--max-model-len", "2048", "--max-num-seqs", "16", "--kv-cache-memory", str(256 << 20),
          "--chat-template", str(HERMES_TEMPLATE), "--tool-call-parser", "hermes",
          "--enable-auto-tool-choice"]
