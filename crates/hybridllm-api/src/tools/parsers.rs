@@ -343,9 +343,14 @@ impl Tagged {
         self.between.after_call = true;
         self.held.clear();
     }
+}
 
-    /// One move of the machine; false when it needs more text.
-    fn move_once(&mut self, out: &mut Vec<ToolEvent>, fin: bool) -> bool {
+impl Machine for Tagged {
+    fn held(&mut self) -> &mut String {
+        &mut self.buf
+    }
+
+    fn step(&mut self, out: &mut Vec<ToolEvent>, fin: bool) -> bool {
         let b = self.buf.as_bytes();
         match &mut self.state {
             TagState::Text => {
@@ -566,16 +571,6 @@ impl Tagged {
     }
 }
 
-impl Machine for Tagged {
-    fn held(&mut self) -> &mut String {
-        &mut self.buf
-    }
-
-    fn step(&mut self, out: &mut Vec<ToolEvent>, fin: bool) -> bool {
-        self.move_once(out, fin)
-    }
-}
-
 /// Llama 3's JSON calls: only at the start of the output, else it is all content.
 #[derive(Default)]
 pub struct Llama3Json {
@@ -601,9 +596,12 @@ enum LlamaState {
 
 const PYTHON_TAG: &str = "<|python_tag|>";
 
-impl Llama3Json {
-    /// One move of the machine; false when it needs more text.
-    fn move_once(&mut self, out: &mut Vec<ToolEvent>, fin: bool) -> bool {
+impl Machine for Llama3Json {
+    fn held(&mut self) -> &mut String {
+        &mut self.buf
+    }
+
+    fn step(&mut self, out: &mut Vec<ToolEvent>, fin: bool) -> bool {
         let b = self.buf.as_bytes();
         match &mut self.state {
             LlamaState::Start => {
@@ -699,15 +697,5 @@ impl Llama3Json {
                 false
             }
         }
-    }
-}
-
-impl Machine for Llama3Json {
-    fn held(&mut self) -> &mut String {
-        &mut self.buf
-    }
-
-    fn step(&mut self, out: &mut Vec<ToolEvent>, fin: bool) -> bool {
-        self.move_once(out, fin)
     }
 }

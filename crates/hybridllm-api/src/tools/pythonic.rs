@@ -302,8 +302,42 @@ pub fn py_json(v: &Value) -> String {
 }
 
 impl Pythonic {
-    /// One move of the machine; false when it needs more text.
-    fn move_once(&mut self, out: &mut Vec<ToolEvent>, fin: bool) -> bool {
+    /// What of `calls` has not been said yet.
+    fn say(&mut self, calls: &[PyCall], out: &mut Vec<ToolEvent>) {
+        for (index, c) in calls.iter().enumerate() {
+            if index == self.sent.len() {
+                out.push(ToolEvent::Start {
+                    index,
+                    name: c.name.clone(),
+                });
+                self.sent.push((0, false));
+            }
+            let (kwargs, closed) = &mut self.sent[index];
+            let mut text = String::new();
+            for (k, (key, v)) in c.kwargs.iter().enumerate().skip(*kwargs) {
+                text.push_str(if k == 0 { "{" } else { ", " });
+                text.push_str(&py_json(&Value::String(key.clone())));
+                text.push_str(": ");
+                text.push_str(&py_json(v));
+            }
+            *kwargs = c.kwargs.len();
+            if c.closed && !*closed {
+                text.push_str(if c.kwargs.is_empty() { "{}" } else { "}" });
+                *closed = true;
+            }
+            if !text.is_empty() {
+                out.push(ToolEvent::Args { index, text });
+            }
+        }
+    }
+}
+
+impl Machine for Pythonic {
+    fn held(&mut self) -> &mut String {
+        &mut self.buf
+    }
+
+    fn step(&mut self, out: &mut Vec<ToolEvent>, fin: bool) -> bool {
         let b = self.buf.as_bytes();
         match self.state {
             State::Start => {
@@ -369,44 +403,5 @@ impl Pythonic {
                 false
             }
         }
-    }
-
-    /// What of `calls` has not been said yet.
-    fn say(&mut self, calls: &[PyCall], out: &mut Vec<ToolEvent>) {
-        for (index, c) in calls.iter().enumerate() {
-            if index == self.sent.len() {
-                out.push(ToolEvent::Start {
-                    index,
-                    name: c.name.clone(),
-                });
-                self.sent.push((0, false));
-            }
-            let (kwargs, closed) = &mut self.sent[index];
-            let mut text = String::new();
-            for (k, (key, v)) in c.kwargs.iter().enumerate().skip(*kwargs) {
-                text.push_str(if k == 0 { "{" } else { ", " });
-                text.push_str(&py_json(&Value::String(key.clone())));
-                text.push_str(": ");
-                text.push_str(&py_json(v));
-            }
-            *kwargs = c.kwargs.len();
-            if c.closed && !*closed {
-                text.push_str(if c.kwargs.is_empty() { "{}" } else { "}" });
-                *closed = true;
-            }
-            if !text.is_empty() {
-                out.push(ToolEvent::Args { index, text });
-            }
-        }
-    }
-}
-
-impl Machine for Pythonic {
-    fn held(&mut self) -> &mut String {
-        &mut self.buf
-    }
-
-    fn step(&mut self, out: &mut Vec<ToolEvent>, fin: bool) -> bool {
-        self.move_once(out, fin)
     }
 }
