@@ -4,11 +4,14 @@ the server keeps serving); in the Rust frontend a response whose writes make no 
 --send-timeout seconds has its connection closed by the server (nginx's send_timeout).
 
 Each client connects with a 4 KiB receive buffer and never reads; the responses are made
-large (n = 8, 20 logprobs per token) so that the socket buffers fill in a few seconds."""
+large (n = 8, 20 logprobs per token) so that the socket buffers fill in a few seconds. The
+stalled body is sized from the kernel's largest send buffer (net.ipv4.tcp_wmem), which
+machines set differently (4 MiB by default, 16 MiB and more on tuned hosts)."""
 
 from __future__ import annotations
 
 import json
+import math
 import socket
 import time
 from collections.abc import Iterator
@@ -24,6 +27,30 @@ AUTH = {"Authorization": f"Bearer {API_KEY}"}
 SEND_TIMEOUT_S = 2.0
 STREAM_BUFFER = 1024  # engine_mux.rs: engine responses a request may have waiting unread
 N, MAX_TOKENS = 8, 6000
+BYTES_PER_TOKEN = 280  # a non-streamed choice's body per token with 20 logprobs (~287 seen)
+TCP_ESTABLISHED = 1
+
+
+def _stalled_size() -> tuple[int, int]:
+    """(n, max_tokens) of a body 1.5 times the most the server's send buffer can hold (its
+    payload is less than that: the limit counts each buffer's overhead too)."""
+    wmem = int(Path("/proc/sys/net/ipv4/tcp_wmem").read_text().split()[2])
+    tokens = math.ceil(1.5 * wmem / BYTES_PER_TOKEN)
+    n = min(128, max(4 * N, math.ceil(tokens / 1500)))
+    return n, max(1500, math.ceil(tokens / n))
+
+
+def _server_side_state(sock: socket.socket) -> int:
+    """The TCP state of the server's end of `sock`'s connection (/proc/net/tcp): it leaves
+    ESTABLISHED when the server closes it, while its unsent bytes are still queued."""
+    client_port = sock.getsockname()[1]
+    server_port = sock.getpeername()[1]
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, remote, state = line.split()[1:4]
+        if (int(local.split(":")[1], 16) == server_port
+                and int(remote.split(":")[1], 16) == client_port):
+            return int(state, 16)
+    return 0  # gone altogether
 
 
 def _server(kind: str, tmp: Path, send_timeout: float) -> Server:
@@ -48,7 +75,8 @@ def send_timeout(model_path: Path, tmp_path_factory: pytest.TempPathFactory
 
 
 def _gauges(srv: Server) -> dict[str, float]:
-    text = httpx.get(srv.url + "/metrics", headers=AUTH, timeout=5).text
+    # A long timeout: the frontend may be busy writing a large body out.
+    text = httpx.get(srv.url + "/metrics", headers=AUTH, timeout=60).text
     values: dict[str, float] = {}
     for line in text.splitlines():
         for name in ("num_requests_running", "kv_cache_usage_perc", "generation_tokens_total"):
@@ -114,16 +142,22 @@ def test_a_stream_nobody_reads_is_aborted_at_its_buffer(no_send_timeout: Server)
 
 def test_a_stalled_response_is_closed_after_the_send_timeout(send_timeout: Server) -> None:
     srv = send_timeout
-    # Not streamed: the engine runs to the end, then the ~14 MB body (several times what the
-    # socket buffers hold) stalls.
-    sock = _send_without_reading(srv, stream=False, max_tokens=1500, n=4 * N)
+    # Not streamed: the engine runs to the end, then the body (several times what the socket
+    # buffers hold) stalls.
+    n, max_tokens = _stalled_size()
+    sock = _send_without_reading(srv, stream=False, max_tokens=max_tokens, n=n)
     _wait_idle(srv, 120)
-    time.sleep(SEND_TIMEOUT_S + 2)  # the write has stalled longer than the timeout by now
+    t0 = time.monotonic()
+    while _server_side_state(sock) == TCP_ESTABLISHED:
+        assert time.monotonic() - t0 < 120, "the stalled connection was never closed"
+        time.sleep(0.1)
+    print(f"\nn={n} max_tokens={max_tokens}: closed {time.monotonic() - t0:.1f} s after the "
+          f"engine finished")
     data = _read_all(sock)  # what was in the socket buffers, then the server's close
     head, _, body = data.partition(b"\r\n\r\n")
     length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
                       if line.lower().startswith(b"content-length")))
-    print(f"\na response nobody reads: closed after {len(body)} of {length} body bytes")
+    print(f"a response nobody reads: closed after {len(body)} of {length} body bytes")
     assert head.startswith(b"HTTP/1.1 200")
     assert 0 < len(body) < length
     # Nothing left behind, and the server keeps serving.
