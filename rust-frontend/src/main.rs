@@ -10,6 +10,7 @@ mod engine_router;
 mod errors;
 #[cfg(test)]
 mod fake_engine;
+mod heap;
 mod http_server;
 mod limits;
 mod metrics;
@@ -20,11 +21,6 @@ mod shutdown;
 mod state;
 
 use clap::Parser;
-
-// Serving allocates many short-lived buffers across threads: glibc malloc took ~17% of the
-// frontend's CPU under load.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use std::process::ExitCode;
 
@@ -47,6 +43,7 @@ fn exit_with_launcher() {
 }
 
 fn main() -> ExitCode {
+    heap::GLOBAL.enable_from_env();
     exit_with_launcher();
     let cli = cli::Cli::parse();
     match cli.command {

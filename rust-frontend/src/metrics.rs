@@ -24,5 +24,24 @@ pub async fn render(metrics: &Metrics, clients: &[EngineClient]) -> String {
         Some(loads) if !loads.is_empty() => metrics.apply_load(&EngineLoad::sum(&loads)),
         _ => tracing::debug!("GetLoad failed; serving stale scheduler metrics"),
     }
-    metrics.encode()
+    let mut text = metrics.encode();
+    if let Some(live) = crate::heap::GLOBAL.live_bytes() {
+        text.push_str(&heap_family(live));
+    }
+    text
+}
+
+/// `process_heap_allocated_bytes`: this process's live heap (heap.rs, when counted), an exact
+/// figure where resident memory also holds the allocator's free pages.
+fn heap_family(live: i64) -> String {
+    let gauge = prometheus::IntGauge::new(
+        "process_heap_allocated_bytes",
+        "Bytes the Rust frontend has allocated and not freed.",
+    )
+    .expect("valid metric name");
+    gauge.set(live);
+    let mut buf = Vec::new();
+    let families = prometheus::core::Collector::collect(&gauge);
+    prometheus::Encoder::encode(&prometheus::TextEncoder::new(), &families, &mut buf).ok();
+    String::from_utf8(buf).unwrap_or_default()
 }
