@@ -142,3 +142,45 @@ def test_stop_string_never_leaks_in_stream(servers: dict) -> None:
         assert stop not in text
         assert text == full[: full.index(stop)]
         assert chunks[-1]["choices"][0]["stop_reason"] == stop
+
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 7, "n": 2, "temperature": 0.8,
+                              "seed": 7, "logprobs": True}),
+    ("/v1/completions", {"prompt": ["Once upon a time", "The capital of France is"],
+                         "max_tokens": 5, "temperature": 0, "logprobs": 0}),
+], ids=["chat", "completions"])
+def test_continuous_usage_stats(servers: dict, path: str, body: dict[str, Any]) -> None:
+    """vLLM's stream_options.continuous_usage_stats: every chunk carries its choice's running
+    usage (its prompt's tokens; the choice's tokens so far, one per logprob entry sent)."""
+    body = {**body, "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    chat = path.endswith("chat/completions")
+    for mode, s in servers.items():
+        chunks = parse_sse(s.post(path, body).content)
+        final = chunks[-1]
+        assert final["choices"] == [] and final["usage"]["completion_tokens"] > 0, mode
+        sent: dict[int, int] = {}
+        last: dict[int, dict[str, int]] = {}
+        for c in chunks[:-1]:
+            (ch,) = c["choices"]
+            lp = ch["logprobs"]
+            tokens = (lp["content"] if chat else lp["tokens"]) if lp else []
+            sent[ch["index"]] = done = sent.get(ch["index"], 0) + len(tokens)
+            u = c["usage"]
+            assert u == {"prompt_tokens": u["prompt_tokens"], "completion_tokens": done,
+                         "total_tokens": u["prompt_tokens"] + done}, (mode, c)
+            last[ch["index"]] = u
+        assert sorted(last) == [0, 1], mode
+        assert sum(u["completion_tokens"] for u in last.values()) \
+            == final["usage"]["completion_tokens"], mode
+        # chat: both choices share the one prompt; completions: one choice per prompt
+        prompts = [u["prompt_tokens"] for u in last.values()]
+        assert (prompts[0] if chat else sum(prompts)) == final["usage"]["prompt_tokens"], mode
+        if chat:
+            assert prompts[0] == prompts[1] and chunks[0]["usage"]["completion_tokens"] == 0
+        # Without it, chunks carry a null usage, as before.
+        plain = parse_sse(s.post(path, {**body, "stream_options": {"include_usage": True}})
+                          .content)
+        assert all(c["usage"] is None for c in plain[:-1]), mode

@@ -70,6 +70,7 @@ pub struct ChatCall {
     params: GenParams,
     stream: bool,
     include_usage: bool,
+    continuous_usage: bool,
     /// The text the reply starts with (`echo`).
     echo: String,
     /// What the reply's tool calls are read as, when they are.
@@ -167,7 +168,11 @@ impl ChatCall {
             add_special_tokens: req.add_special_tokens.unwrap_or(false),
             params,
             stream,
-            include_usage: req.stream_options.is_some_and(|o| o.include_usage),
+            include_usage: req.stream_options.as_ref().is_some_and(|o| o.include_usage),
+            continuous_usage: req
+                .stream_options
+                .as_ref()
+                .is_some_and(|o| o.include_usage && o.continuous_usage_stats),
             echo,
             tools: tool_plan,
         })
@@ -193,6 +198,7 @@ impl ChatCall {
             created: now(),
             model: ctx.model_name().to_string(),
             include_usage: self.include_usage,
+            continuous_usage: self.continuous_usage,
         };
         let tools = self.tools.map(|plan| ResponseTools {
             parsers: (0..self.params.n).map(|_| plan.format.parser()).collect(),
@@ -326,18 +332,23 @@ pub struct ChatResponse {
 impl ChatResponse {
     /// A role chunk per choice, then the echo's chunk per choice when there is one.
     pub fn opening(&self) -> Vec<Bytes> {
+        let (prompt, _) = self.usage.running(0, 0);
         let first = |i: u32, role: Option<&'static str>, content: &str| {
-            self.head.frame(&[ChoiceDelta {
-                index: i,
-                delta: Delta {
-                    role,
-                    content: Some(content),
-                    tool_calls: vec![],
-                },
-                logprobs: &Value::Null,
-                finish_reason: None,
-                stop_reason: None,
-            }])
+            self.head.frame_running(
+                &[ChoiceDelta {
+                    index: i,
+                    delta: Delta {
+                        role,
+                        content: Some(content),
+                        tool_calls: vec![],
+                    },
+                    logprobs: &Value::Null,
+                    finish_reason: None,
+                    stop_reason: None,
+                }],
+                prompt,
+                0,
+            )
         };
         let mut frames: Vec<Bytes> = (0..self.n)
             .map(|i| first(i, Some("assistant"), ""))
@@ -364,7 +375,8 @@ impl ChatResponse {
             }
             GenEvent::Output(out) => out,
         };
-        self.usage.on_output(out.num_tokens);
+        self.usage
+            .on_choice_output(out.index as usize, out.num_tokens);
         if out.text.is_empty()
             && out.finish.is_none()
             && (out.logprobs.is_empty() || self.logprobs.is_none())
@@ -398,7 +410,8 @@ impl ChatResponse {
             finish_reason: finish.map(|f| finish_reason(f.reason, called)),
             stop_reason: finish.map(|f| &f.stop_reason),
         };
-        Some(self.head.frame(&[c]))
+        let (prompt, done) = self.usage.running(0, out.index as usize);
+        Some(self.head.frame_running(&[c], prompt, done))
     }
 
     /// The last chunk: the usage, when asked for.

@@ -108,6 +108,7 @@ pub struct CompletionCall {
     echo_logprobs: bool,
     stream: bool,
     include_usage: bool,
+    continuous_usage: bool,
 }
 
 impl Constrained for CompletionCall {
@@ -146,7 +147,11 @@ impl CompletionCall {
             echo,
             echo_logprobs,
             stream,
-            include_usage: req.stream_options.is_some_and(|o| o.include_usage),
+            include_usage: req.stream_options.as_ref().is_some_and(|o| o.include_usage),
+            continuous_usage: req
+                .stream_options
+                .as_ref()
+                .is_some_and(|o| o.include_usage && o.continuous_usage_stats),
         })
     }
 
@@ -202,6 +207,7 @@ impl CompletionCall {
                 created: now(),
                 model: ctx.model_name().to_string(),
                 include_usage: self.include_usage,
+                continuous_usage: self.continuous_usage,
             },
             n,
             offsets: vec![0; prompt_lens.len() * n],
@@ -256,14 +262,16 @@ impl CompletionResponse {
         }
         let mut out = vec![];
         for (p, text) in self.echoes.iter().enumerate() {
+            let (prompt, _) = self.usage.running(p, 0);
             for j in 0..self.n {
-                out.push(self.head.frame(&[TextChoice {
+                let choice = [TextChoice {
                     index: p * self.n + j,
                     text,
                     logprobs: &Value::Null,
                     finish_reason: None,
                     stop_reason: &Value::Null,
-                }]));
+                }];
+                out.push(self.head.frame_running(&choice, prompt, 0));
             }
         }
         out
@@ -285,20 +293,22 @@ impl CompletionResponse {
                         lp.push(tok, x, self.logprobs.unwrap_or(0));
                     }
                     self.offsets[ci] = lp.offset;
-                    frames.push(self.head.frame(&[TextChoice {
+                    let (prompt, done) = self.usage.running(p, ci);
+                    let choice = [TextChoice {
                         index: ci,
                         text: &self.echoes[p],
                         logprobs: &lp.to_json(),
                         finish_reason: None,
                         stop_reason: &Value::Null,
-                    }]));
+                    }];
+                    frames.push(self.head.frame_running(&choice, prompt, done));
                 }
                 return frames;
             }
             GenEvent::Output(out) => out,
         };
-        self.usage.on_output(out.num_tokens);
         let ci = p * self.n + out.index as usize;
+        self.usage.on_choice_output(ci, out.num_tokens);
         if out.text.is_empty()
             && out.finish.is_none()
             && (out.logprobs.is_empty() || self.logprobs.is_none())
@@ -321,13 +331,15 @@ impl CompletionResponse {
             Some(f) => (Some(f.reason), &f.stop_reason),
             None => (None, &Value::Null),
         };
-        vec![self.head.frame(&[TextChoice {
+        let (prompt, done) = self.usage.running(p, ci);
+        let choice = [TextChoice {
             index: ci,
             text: &out.text,
             logprobs: &lp,
             finish_reason: reason,
             stop_reason,
-        }])]
+        }];
+        vec![self.head.frame_running(&choice, prompt, done)]
     }
 
     /// The last chunk: the usage, when asked for.

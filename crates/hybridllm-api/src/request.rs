@@ -17,6 +17,9 @@ pub struct StreamOptions {
     // `serde(default)` tells the schema what the Deserialize below does.
     #[serde(default)]
     pub include_usage: bool,
+    /// vLLM's: with `include_usage`, every chunk carries the running usage of its choice.
+    #[serde(default)]
+    pub continuous_usage_stats: bool,
 }
 
 /// A JSON object only (serde's derive would also read it from the sequence of its fields).
@@ -26,6 +29,8 @@ impl<'de> Deserialize<'de> for StreamOptions {
         struct Fields {
             #[serde(default)]
             include_usage: bool,
+            #[serde(default)]
+            continuous_usage_stats: bool,
         }
         struct Object;
         impl<'de> serde::de::Visitor<'de> for Object {
@@ -40,6 +45,7 @@ impl<'de> Deserialize<'de> for StreamOptions {
         let fields = d.deserialize_map(Object)?;
         Ok(StreamOptions {
             include_usage: fields.include_usage,
+            continuous_usage_stats: fields.continuous_usage_stats,
         })
     }
 }

@@ -48,12 +48,28 @@ pub struct ChunkHead {
     pub model: String,
     /// `include_usage`: every chunk carries `usage`, null but on the last.
     pub include_usage: bool,
+    /// `continuous_usage_stats` (with `include_usage`, as vLLM): each chunk's `usage` is the
+    /// running count of the choice it carries instead of null.
+    pub continuous_usage: bool,
 }
 
 impl ChunkHead {
     /// A framed chunk of these choices (usage null if included at all).
     pub fn frame<C: Serialize>(&self, choices: &[C]) -> Bytes {
         self.frame_with_usage(choices, self.include_usage.then_some(&Value::Null))
+    }
+
+    /// A chunk of one choice, with that choice's running usage under `continuous_usage`.
+    pub fn frame_running<C: Serialize>(&self, choices: &[C], prompt: usize, done: usize) -> Bytes {
+        if !self.continuous_usage {
+            return self.frame(choices);
+        }
+        let usage = serde_json::json!({
+            "prompt_tokens": prompt,
+            "completion_tokens": done,
+            "total_tokens": prompt + done,
+        });
+        self.frame_with_usage(choices, Some(&usage))
     }
 
     /// The last chunk: no choices, the usage.
@@ -85,6 +101,7 @@ mod tests {
             created: 7,
             model: "m".into(),
             include_usage: true,
+            continuous_usage: false,
         };
         assert_eq!(
             &head.frame(&[1])[..],

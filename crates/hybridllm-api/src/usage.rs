@@ -37,6 +37,8 @@ pub struct Usage {
     prompt_tokens: Vec<usize>,
     cached_tokens: u32,
     completion_tokens: usize,
+    /// Per choice (index over all prompts' choices): its tokens so far.
+    choice_tokens: Vec<usize>,
 }
 
 impl Usage {
@@ -45,6 +47,7 @@ impl Usage {
             prompt_tokens: prompt_lens,
             cached_tokens: 0,
             completion_tokens: 0,
+            choice_tokens: vec![],
         }
     }
 
@@ -55,6 +58,21 @@ impl Usage {
 
     pub fn on_output(&mut self, num_tokens: usize) {
         self.completion_tokens += num_tokens;
+    }
+
+    /// `on_output` that also counts the tokens of choice `choice`.
+    pub fn on_choice_output(&mut self, choice: usize, num_tokens: usize) {
+        self.on_output(num_tokens);
+        if self.choice_tokens.len() <= choice {
+            self.choice_tokens.resize(choice + 1, 0);
+        }
+        self.choice_tokens[choice] += num_tokens;
+    }
+
+    /// (prompt tokens of `prompt`, tokens of `choice` so far): a chunk's running usage.
+    pub fn running(&self, prompt: usize, choice: usize) -> (usize, usize) {
+        let done = self.choice_tokens.get(choice).copied().unwrap_or(0);
+        (self.prompt_tokens.get(prompt).copied().unwrap_or(0), done)
     }
 
     pub fn body(&self) -> CompletionUsage {
