@@ -25,7 +25,8 @@
 //!   "ssl_certfile": null, "ssl_keyfile": null, // PEM files: serve HTTPS (rustls)
 //!   "structured_outputs_config": null,        // --structured-outputs-config's JSON object
 //!   "tool_call_parser": null,                 // --tool-call-parser: hermes, llama3_json, ...
-//!   "enable_auto_tool_choice": false          // --enable-auto-tool-choice
+//!   "enable_auto_tool_choice": false,         // --enable-auto-tool-choice
+//!   "enable_request_id_headers": false        // every response carries X-Request-Id
 //! }
 //! ```
 //! Unknown keys are rejected so that a typo in the launcher fails loudly at start-up.
@@ -70,6 +71,9 @@ pub struct ServeConfig {
     pub structured_outputs_config: Option<StructuredOptions>,
     pub tool_call_parser: Option<String>,
     pub enable_auto_tool_choice: bool,
+    /// vLLM's `--enable-request-id-headers`: every response carries `X-Request-Id` (the
+    /// request's, or a new one).
+    pub enable_request_id_headers: bool,
 }
 
 impl Default for ServeConfig {
@@ -101,6 +105,7 @@ impl Default for ServeConfig {
             structured_outputs_config: None,
             tool_call_parser: None,
             enable_auto_tool_choice: false,
+            enable_request_id_headers: false,
         }
     }
 }

@@ -14,11 +14,28 @@ use axum::Router;
 use hybridllm_api::context::ApiContext;
 use std::sync::Arc;
 use std::time::Duration;
+use tower_http::request_id::{
+    MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
+};
 
 /// How often each of several engine workers is health-checked for the rotation.
 const WORKER_PROBE: Duration = Duration::from_millis(500);
 
+/// An `X-Request-Id` for a request that came without one (the core's).
+#[derive(Clone, Copy)]
+struct NewRequestId;
+
+impl MakeRequestId for NewRequestId {
+    fn make_request_id<B>(&mut self, _: &axum::http::Request<B>) -> Option<RequestId> {
+        let id = hybridllm_api::usage::new_request_id();
+        axum::http::HeaderValue::from_str(&id)
+            .ok()
+            .map(RequestId::new)
+    }
+}
+
 pub fn router(state: Arc<AppState>) -> Router {
+    let request_id_headers = state.config.enable_request_id_headers;
     let mut router = Router::new();
     for r in crate::routes::table() {
         if r.path == "/" && state.config.disable_playground {
@@ -26,7 +43,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         }
         router = router.route(r.path, r.handler);
     }
-    router
+    let router = router
         .fallback(|| async { HttpError(ApiError::NotFound("Not Found".into())) })
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
@@ -36,8 +53,16 @@ pub fn router(state: Arc<AppState>) -> Router {
             state.clone(),
             crate::cors::apply,
         ))
-        .layer(axum::middleware::from_fn(crate::limits::header_limits))
-        .with_state(state)
+        .layer(axum::middleware::from_fn(crate::limits::header_limits));
+    // Outermost, so every answer carries it (refusals included); a request without one gets
+    // a new one first, which the handlers then take as the request's id.
+    let router = match request_id_headers {
+        true => router
+            .layer(PropagateRequestIdLayer::x_request_id())
+            .layer(SetRequestIdLayer::x_request_id(NewRequestId)),
+        false => router,
+    };
+    router.with_state(state)
 }
 
 /// Everything that can fail before serving fails here, with a clear message (exit non-zero).

@@ -14,7 +14,7 @@ use crate::text::tokenizer::Tokenizer;
 use crate::text_deltas::GenEvent;
 use crate::tools::parsers::{parse_whole, ToolEvent, ToolFormat, ToolParser};
 use crate::tools::{self, ToolPlan};
-use crate::usage::{new_id, now, CompletionUsage, Usage};
+use crate::usage::{now, CompletionUsage, RequestIds, Usage};
 use crate::validation::{
     fit_max_tokens, Bound, Constrained, GenParams, GenRequest, SamplingRequest, LOGPROBS,
 };
@@ -71,6 +71,9 @@ pub struct ChatCall {
     stream: bool,
     include_usage: bool,
     continuous_usage: bool,
+    /// The body's `request_id`, and the `X-Request-Id` header once the shell has set it.
+    request_id: Option<String>,
+    request_id_header: Option<String>,
     /// The text the reply starts with (`echo`).
     echo: String,
     /// What the reply's tool calls are read as, when they are.
@@ -173,9 +176,16 @@ impl ChatCall {
                 .stream_options
                 .as_ref()
                 .is_some_and(|o| o.include_usage && o.continuous_usage_stats),
+            request_id: req.sampling.request_id.clone(),
+            request_id_header: None,
             echo,
             tools: tool_plan,
         })
+    }
+
+    /// The request's `X-Request-Id` header (it wins over the body's `request_id`).
+    pub fn set_request_id_header(&mut self, value: Option<String>) {
+        self.request_id_header = value;
     }
 
     /// The engine request for the prompt's ids, and the response to build from its events.
@@ -192,8 +202,13 @@ impl ChatCall {
             ctx.max_model_len,
             ctx.max_tokens_limit,
         )?;
+        let rid = RequestIds::new(
+            "chatcmpl",
+            self.request_id_header.as_deref(),
+            self.request_id.as_deref(),
+        )?;
         let head = ChunkHead {
-            id: new_id("chatcmpl"),
+            id: rid.response,
             object: "chat.completion.chunk",
             created: now(),
             model: ctx.model_name().to_string(),
@@ -217,7 +232,7 @@ impl ChatCall {
             head,
         };
         let gen = GenRequest {
-            request_id: resp.head.id.clone(),
+            request_id: rid.engine,
             prompt_ids: ids,
             params: self.params,
             max_tokens,

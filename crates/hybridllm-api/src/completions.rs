@@ -11,7 +11,7 @@ use crate::sse::ChunkHead;
 use crate::structured::ConstraintFields;
 use crate::text::tokenizer::{DecodeOpts, Tokenizer};
 use crate::text_deltas::GenEvent;
-use crate::usage::{new_id, now, CompletionUsage, Usage};
+use crate::usage::{now, CompletionUsage, RequestIds, Usage};
 use crate::validation::{
     fit_max_tokens, unset_max_tokens, Bound, Constrained, GenParams, GenRequest, SamplingRequest,
     DEFAULT_COMPLETION_MAX_TOKENS, LOGPROBS,
@@ -109,6 +109,9 @@ pub struct CompletionCall {
     stream: bool,
     include_usage: bool,
     continuous_usage: bool,
+    /// The body's `request_id`, and the `X-Request-Id` header once the shell has set it.
+    request_id: Option<String>,
+    request_id_header: Option<String>,
 }
 
 impl Constrained for CompletionCall {
@@ -152,7 +155,14 @@ impl CompletionCall {
                 .stream_options
                 .as_ref()
                 .is_some_and(|o| o.include_usage && o.continuous_usage_stats),
+            request_id: req.sampling.request_id.clone(),
+            request_id_header: None,
         })
+    }
+
+    /// The request's `X-Request-Id` header (it wins over the body's `request_id`).
+    pub fn set_request_id_header(&mut self, value: Option<String>) {
+        self.request_id_header = value;
     }
 
     /// One engine request per prompt, from each prompt's ids (`self.prompts` in order, the
@@ -164,7 +174,12 @@ impl CompletionCall {
     ) -> Result<(Vec<GenRequest>, CompletionResponse), ApiError> {
         self.params.compile_constraint(ctx)?;
         let unset = unset_max_tokens(Some(DEFAULT_COMPLETION_MAX_TOKENS), ctx.max_tokens_limit);
-        let id = new_id("cmpl");
+        let rid = RequestIds::new(
+            "cmpl",
+            self.request_id_header.as_deref(),
+            self.request_id.as_deref(),
+        )?;
+        let id = rid.response;
         let mut gens = vec![];
         let mut echoes = vec![];
         for (i, (prompt, ids)) in self.prompts.into_iter().zip(ids).enumerate() {
@@ -192,7 +207,7 @@ impl CompletionCall {
                 fit_max_tokens(ids.len(), self.params.max_tokens, ctx.max_model_len, unset)?;
             echoes.push(if self.echo { text } else { String::new() });
             gens.push(GenRequest {
-                request_id: format!("{id}-{i}"),
+                request_id: format!("{}-{i}", rid.engine),
                 prompt_ids: ids,
                 params: self.params.clone(),
                 max_tokens,

@@ -1,5 +1,6 @@
 //! Pieces every response body repeats: ids, timestamps and `usage`.
 use crate::engine_io::PromptInfo;
+use crate::errors::ApiError;
 use serde::Serialize;
 use serde_json::{json, Value};
 use utoipa::ToSchema;
@@ -14,6 +15,57 @@ pub fn now() -> i64 {
 /// `<prefix>-<32 hex>`, e.g. `chatcmpl-0123…`.
 pub fn new_id(prefix: &str) -> String {
     format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// `--enable-request-id-headers`: the `X-Request-Id` made for a request that came without one
+/// (a uuid's 32 hex digits, as vLLM's), which the request then carries as its own.
+pub fn new_request_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+/// The longest request id a caller may choose (`X-Request-Id` or the body's `request_id`):
+/// every streamed chunk repeats it.
+pub const MAX_REQUEST_ID_LEN: usize = 512;
+
+/// A chat or completion request's ids, as vLLM makes them: the response id is
+/// `<prefix>-<base>`, the base being the `X-Request-Id` header, else the body's `request_id`,
+/// else a new uuid. The engine's id is the response id when the server chose it; a caller's
+/// id need not be unique (two clients may send the same), so the engine's then gets a uuid
+/// after it.
+pub struct RequestIds {
+    pub response: String,
+    pub engine: String,
+}
+
+impl RequestIds {
+    pub fn new(prefix: &str, header: Option<&str>, body: Option<&str>) -> Result<Self, ApiError> {
+        let chosen = match (header.filter(|h| !h.is_empty()), body) {
+            (Some(h), _) => Some(("X-Request-Id", h)),
+            (None, Some(b)) => Some(("request_id", b)),
+            (None, None) => None,
+        };
+        let Some((param, base)) = chosen else {
+            let id = new_id(prefix);
+            return Ok(RequestIds {
+                engine: id.clone(),
+                response: id,
+            });
+        };
+        if base.is_empty() || base.len() > MAX_REQUEST_ID_LEN {
+            return Err(ApiError::bad_param(
+                param,
+                format!(
+                    "{param} must be 1 to {MAX_REQUEST_ID_LEN} bytes long, got {}.",
+                    base.len()
+                ),
+            ));
+        }
+        let response = format!("{prefix}-{base}");
+        Ok(RequestIds {
+            engine: format!("{response}-{}", uuid::Uuid::new_v4().simple()),
+            response,
+        })
+    }
 }
 
 /// `usage` of chat completions and completions.
@@ -103,5 +155,35 @@ impl Usage {
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": input + output,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_ids_as_vllm_makes_them() {
+        let own = RequestIds::new("chatcmpl", None, None).unwrap();
+        assert_eq!(own.engine, own.response);
+        assert!(own.response.starts_with("chatcmpl-") && own.response.len() == 9 + 32);
+        // The header wins over the body; an empty header counts as none.
+        let ids = RequestIds::new("cmpl", Some("h"), Some("b")).unwrap();
+        assert_eq!(ids.response, "cmpl-h");
+        assert!(ids.engine.starts_with("cmpl-h-") && ids.engine.len() == 7 + 32);
+        let ids = RequestIds::new("cmpl", Some(""), Some("b")).unwrap();
+        assert_eq!(ids.response, "cmpl-b");
+        // A caller's id twice: the engine's ids still differ.
+        let again = RequestIds::new("cmpl", Some("b"), None).unwrap();
+        assert_eq!(again.response, ids.response);
+        assert_ne!(again.engine, ids.engine);
+        let long = "x".repeat(MAX_REQUEST_ID_LEN + 1);
+        let e = RequestIds::new("cmpl", None, Some(&long)).err().unwrap();
+        assert_eq!(
+            e.to_string(),
+            "request_id must be 1 to 512 bytes long, got 513."
+        );
+        assert!(RequestIds::new("cmpl", None, Some("")).is_err());
+        assert!(RequestIds::new("cmpl", Some(&long[1..]), None).is_ok());
     }
 }

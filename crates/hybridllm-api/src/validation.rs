@@ -135,6 +135,9 @@ pub struct SamplingRequest {
     pub return_tokens_as_token_ids: Option<bool>,
     /// Prefix-cache hits only between requests with the same salt (a tenant's secret).
     pub cache_salt: Option<String>,
+    /// vLLM's: the response id is `chatcmpl-<request_id>` (`cmpl-` for completions); an
+    /// `X-Request-Id` header wins over it.
+    pub request_id: Option<String>,
 }
 
 /// Validated parameters; `max_tokens` is finalised once the prompt length is known.

@@ -672,12 +672,20 @@ struct ChatCall {
 
 #[pymethods]
 impl ChatCall {
+    /// `request_id_header`: the request's `X-Request-Id`, if it has one.
     #[new]
-    fn new(py: Python<'_>, ctx: &Context, body: &[u8]) -> PyResult<Self> {
+    #[pyo3(signature = (ctx, body, request_id_header=None))]
+    fn new(
+        py: Python<'_>,
+        ctx: &Context,
+        body: &[u8],
+        request_id_header: Option<String>,
+    ) -> PyResult<Self> {
         let inner = ctx.inner.clone();
         let call = py
             .detach(|| {
                 let mut call = CoreChatCall::new(&inner, parse_body::<ChatRequest>(body)?)?;
+                call.set_request_id_header(request_id_header);
                 call.compile_constraint(&inner)?;
                 Ok(call)
             })
@@ -717,13 +725,21 @@ struct CompletionCall {
 
 #[pymethods]
 impl CompletionCall {
+    /// `request_id_header`: the request's `X-Request-Id`, if it has one.
     #[new]
-    fn new(py: Python<'_>, ctx: &Context, body: &[u8]) -> PyResult<Self> {
+    #[pyo3(signature = (ctx, body, request_id_header=None))]
+    fn new(
+        py: Python<'_>,
+        ctx: &Context,
+        body: &[u8],
+        request_id_header: Option<String>,
+    ) -> PyResult<Self> {
         let inner = ctx.inner.clone();
         let call = py
             .detach(|| {
                 let req = parse_body::<CompletionRequest>(body)?;
                 let mut call = CoreCompletionCall::new(&inner, req)?;
+                call.set_request_id_header(request_id_header);
                 call.compile_constraint(&inner)?;
                 Ok(call)
             })
@@ -1049,6 +1065,12 @@ fn tokenize_call(ctx: &Context, body: &[u8]) -> PyResult<(String, bool)> {
 #[pyfunction]
 fn tokenize_body(ctx: &Context, tokens: Vec<u32>) -> String {
     TokenizeCall::body(&ctx.inner, &tokens).to_string()
+}
+
+/// `--enable-request-id-headers`: the `X-Request-Id` for a request that came without one.
+#[pyfunction]
+fn new_request_id() -> String {
+    hybridllm_api::usage::new_request_id()
 }
 
 /// The OpenAPI document both frontends serve at /openapi.json (JSON).
@@ -1378,6 +1400,7 @@ fn _api(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(detokenize, m)?)?;
     m.add_function(wrap_pyfunction!(models, m)?)?;
     m.add_function(wrap_pyfunction!(openapi_json, m)?)?;
+    m.add_function(wrap_pyfunction!(new_request_id, m)?)?;
     m.add_class::<EmbeddingCall>()?;
     m.add_class::<EmbeddingResponse>()?;
     m.add_class::<ResponseStore>()?;

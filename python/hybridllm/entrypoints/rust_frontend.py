@@ -112,6 +112,10 @@ def add_frontend_args(parser: argparse.ArgumentParser) -> None:
     add("--enable-auto-tool-choice", action="store_true",
         help="Serve tool_choice \"auto\": the model's own calls are parsed with "
              "--tool-call-parser (required and named choices need neither flag).")
+    add("--enable-request-id-headers", action="store_true",
+        help="Every response carries X-Request-Id: the request's, or a new one, which then is "
+             "the request's id (a request's X-Request-Id always names its response: "
+             "chatcmpl-<id>).")
     add("--ssl-keyfile", default=None, help="PEM private key: serve HTTPS.")
     add("--ssl-certfile", default=None, help="PEM certificate (chain): serve HTTPS.")
     add("--chat-template", default=None, help="A Jinja file overriding the model's template.")
@@ -175,6 +179,7 @@ class ServeOptions:
     structured_outputs_config: dict[str, Any] | None = None
     tool_call_parser: str | None = None
     enable_auto_tool_choice: bool = False
+    enable_request_id_headers: bool = False
 
 
 def shutdown_timeout(args: argparse.Namespace) -> float:
@@ -214,6 +219,7 @@ def frontend_options(args: argparse.Namespace) -> ServeOptions:
         structured_outputs_config=getattr(args, "structured_outputs_config", None),
         tool_call_parser=getattr(args, "tool_call_parser", None),
         enable_auto_tool_choice=getattr(args, "enable_auto_tool_choice", False),
+        enable_request_id_headers=getattr(args, "enable_request_id_headers", False),
     )
 
 

@@ -4,7 +4,7 @@
 use super::aggregate::collect;
 use super::generate::generate_many;
 use super::prompt::{compile_constraint, tokenize};
-use super::request::JsonBody;
+use super::request::{request_id_header, JsonBody};
 use super::sse::sse_response;
 use super::text_deltas::GenEvent;
 use crate::errors::{ApiError, HttpError};
@@ -17,9 +17,11 @@ use std::sync::Arc;
 
 pub async fn handle(
     State(state): State<Arc<AppState>>,
+    headers: axum::http::HeaderMap,
     JsonBody(req): JsonBody<CompletionRequest>,
 ) -> Result<Response, HttpError> {
-    let call = CompletionCall::new(&state.api, req)?;
+    let mut call = CompletionCall::new(&state.api, req)?;
+    call.set_request_id_header(request_id_header(&headers));
     let call = compile_constraint(&state, call).await?;
     let mut ids = Vec::with_capacity(call.prompts.len());
     for p in &call.prompts {

@@ -7,6 +7,14 @@ use axum::extract::{FromRequest, Request};
 pub use hybridllm_api::request::RequestBody;
 use std::sync::Arc;
 
+/// The `X-Request-Id` header, as text (the core makes the ids from it: `RequestIds`).
+pub fn request_id_header(headers: &axum::http::HeaderMap) -> Option<String> {
+    headers
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+}
+
 /// JSON body extractor whose failures are OpenAI error bodies (axum's are plain text):
 /// not JSON by its content type -> 415, too large -> 413, malformed, no object or mistyped -> 400 with serde's explanation.
 pub struct JsonBody<T>(pub T);

@@ -109,7 +109,8 @@ def build_app(engine: EngineClient, opts: ServeOptions | None = None,
 
     cors = _api.Cors(list(opts.allowed_origins), list(opts.allowed_methods),
                      list(opts.allowed_headers), opts.allow_credentials)
-    app.add_middleware(Gate, auth=auth(opts), cors=cors)
+    app.add_middleware(Gate, auth=auth(opts), cors=cors,
+                       request_ids=opts.enable_request_id_headers)
     return app
 
 

@@ -20,7 +20,7 @@ router = APIRouter()
 async def completions(request: Request) -> Response:
     state = get_state(request)
     body = await read_body(request, state.options.max_request_body_bytes)
-    call = _api.CompletionCall(state.api, body)
+    call = _api.CompletionCall(state.api, body, request.headers.get("x-request-id"))
     ids = [p if isinstance(p, list) else await tokenize(state, p, call.add_special_tokens)
            for p in call.prompts]
     gens, resp = call.plan(ids)
