@@ -91,6 +91,8 @@ class SamplingParams:
     structured_outputs: StructuredOutputsParams | None = None
     # vLLM's cache_salt: prefix-cache hits only between requests with the same salt (tenants).
     cache_salt: str | None = None
+    # vLLM's allowed_token_ids: every other token's logit is -inf before sampling.
+    allowed_token_ids: list[int] | None = None
 
     def __post_init__(self) -> None:
         if self.top_k == 0:
@@ -101,6 +103,8 @@ class SamplingParams:
         self.stop_token_ids = list(self.stop_token_ids or [])
         if self.logit_bias:
             self.logit_bias = {int(k): float(v) for k, v in self.logit_bias.items()}
+        if self.allowed_token_ids is not None:
+            self.allowed_token_ids = [int(t) for t in self.allowed_token_ids]
         self._validate()
 
     def _validate(self) -> None:
@@ -132,6 +136,8 @@ class SamplingParams:
         _check(all(t >= 0 for t in self.stop_token_ids), "stop_token_ids",
                "stop_token_ids must be non-negative token ids.")
         _check(all(s for s in self.stop), "stop", "stop strings must not be empty.")
+        _check(self.allowed_token_ids is None or len(self.allowed_token_ids) > 0,
+               "allowed_token_ids", "allowed_token_ids must name at least one token id.")
         salt_ok = self.cache_salt is None or isinstance(self.cache_salt, str) and self.cache_salt
         _check(bool(salt_ok), "cache_salt", "cache_salt must be a non-empty string.")
         _check(self.structured_outputs is None
@@ -152,6 +158,7 @@ class SamplingParams:
             self.greedy
             and self.logprobs is None
             and not self.logit_bias
+            and self.allowed_token_ids is None
             and self.repetition_penalty == 1.0
             and self.frequency_penalty == 0.0
             and self.presence_penalty == 0.0

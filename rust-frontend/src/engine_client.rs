@@ -115,6 +115,7 @@ impl From<SamplingParams> for pb::SamplingParams {
             logit_bias: p.logit_bias,
             grammar: p.grammar.unwrap_or_default(),
             cache_salt: p.cache_salt.unwrap_or_default(),
+            allowed_token_ids: p.allowed_token_ids,
         }
     }
 }

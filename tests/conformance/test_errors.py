@@ -140,6 +140,10 @@ CASES: list[tuple[str, str | bytes, int, str | Foreign | None]] = [
     (C, '{"messages":' + HI + ',"tools":[{"type":"function","function":{"name":"f"}}],'
         '"tool_choice":"auto"}', 400,
      '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'),
+    (P, '{"prompt":"a","allowed_token_ids":[]}', 400,
+     "allowed_token_ids must name at least one token id."),
+    (C, '{"messages":' + HI + ',"allowed_token_ids":[5,99999999]}', 400,
+     "allowed_token_ids: token id 99999999 is out of vocabulary (size 49152)."),
     (C, '{"messages":' + HI + ',"priority":3}', 400,
      "priority is not supported: this vLLM extension is not implemented by this server yet."),
     (P, '{"prompt":"a","prompt_logprobs":1,"stream":true}', 400,

@@ -59,6 +59,9 @@ CASES: list[tuple[str, dict[str, Any]]] = [
                          "logit_bias": {"28": -100}}),
     ("/v1/completions", {"prompt": "The quick brown fox", "max_tokens": 4, "temperature": 0,
                          "prompt_logprobs": 1}),
+    ("/v1/completions", {"prompt": "The capital of France is", "max_tokens": 6,
+                         "temperature": 0.9, "seed": 11, "allowed_token_ids": [7, 42, 100, 260],
+                         "logprobs": 1, "return_tokens_as_token_ids": True}),
     # A prompt right at the window: 511 tokens leave room for exactly one.
     ("/v1/completions", {"prompt": [504] * 511, "temperature": 0}),
 ]
@@ -184,3 +187,20 @@ def test_continuous_usage_stats(servers: dict, path: str, body: dict[str, Any]) 
         plain = parse_sse(s.post(path, {**body, "stream_options": {"include_usage": True}})
                           .content)
         assert all(c["usage"] is None for c in plain[:-1]), mode
+
+
+def test_allowed_token_ids(servers: dict) -> None:
+    """Every sampled token is one of allowed_token_ids, in chat and completions."""
+    allowed = {7, 42, 100, 260}
+    for path, body in [("/v1/completions", {"prompt": "The capital of France is"}),
+                       ("/v1/chat/completions", {"messages": CHAT, "logprobs": True})]:
+        body = {**body, "max_tokens": 8, "temperature": 1.0, "seed": 5, "ignore_eos": True,
+                "allowed_token_ids": sorted(allowed), "return_tokens_as_token_ids": True,
+                **({"logprobs": 0} if path == "/v1/completions" else {})}
+        for mode, s in servers.items():
+            r = s.post(path, body)
+            assert r.status_code == 200, (mode, r.text)
+            lp = r.json()["choices"][0]["logprobs"]
+            tokens = lp["tokens"] if "tokens" in lp else [t["token"] for t in lp["content"]]
+            ids = {int(t.removeprefix("token_id:")) for t in tokens}
+            assert len(tokens) == 8 and ids <= allowed, (mode, path, tokens)

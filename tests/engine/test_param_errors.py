@@ -31,6 +31,7 @@ SAMPLING_REFUSALS = [
     ({"stop_token_ids": [3, -1]}, "stop_token_ids"),
     ({"stop": ["x", ""]}, "stop"),
     ({"logit_bias": {5: 100.5}}, "logit_bias"),
+    ({"allowed_token_ids": []}, "allowed_token_ids"),
 ]
 
 

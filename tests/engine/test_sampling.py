@@ -89,6 +89,21 @@ def test_logit_bias_forces_token(llm: LLM) -> None:
     assert out == [42] * 5
 
 
+def test_allowed_token_ids_restrict_sampling(llm: LLM, greedy: list[int]) -> None:
+    allowed = [42, 100, 7, greedy[1]]
+    for kw in ({"temperature": 0}, {"temperature": 1.0, "seed": 3, "top_p": 0.9}):
+        out = gen(llm, max_tokens=12, ignore_eos=True, allowed_token_ids=allowed, **kw)
+        assert len(out) == 12 and set(out) <= set(allowed), out
+    # Greedy over the allowed ones: not the free greedy answer (greedy[0] is not allowed).
+    assert greedy[0] not in allowed
+    assert gen(llm, temperature=0, max_tokens=12, ignore_eos=True,
+               allowed_token_ids=allowed) != greedy
+    # Bias cannot bring back a token that is not allowed.
+    out = gen(llm, temperature=0, max_tokens=4, ignore_eos=True, allowed_token_ids=[7, 100],
+              logit_bias={42: 100.0})
+    assert set(out) <= {7, 100}, out
+
+
 def test_min_tokens_holds_off_eos(llm: LLM) -> None:
     short = llm.chat(CHAT, SamplingParams(temperature=0, max_tokens=64))[0].outputs[0]
     assert len(short.token_ids) < 20 and short.finish_reason == "stop"

@@ -97,3 +97,20 @@ def test_unseeded_rows_get_distinct_stable_seeds(device: torch.device) -> None:
     assert len(set(first)) == 4 and [sampler.row_seed(s) for s in seqs] == first
     seeded = [_seq(SamplingParams(seed=5), index=i) for i in range(2)]
     assert sampler.row_seed(seeded[0]) != sampler.row_seed(seeded[1])
+
+
+def test_allowed_token_ids_match_cpu_sampler(device: torch.device) -> None:
+    allowed = [4, 9, 17]
+    seqs = [
+        _seq(SamplingParams(temperature=0, allowed_token_ids=allowed, logit_bias={30: 80.0})),
+        _seq(SamplingParams(temperature=1.0, seed=5, allowed_token_ids=allowed, logprobs=1)),
+        _seq(SamplingParams(temperature=0)),  # unrestricted: its row is left alone
+    ]
+    logits = _logits(len(seqs), device)
+    logits[:, 30] = 50.0  # the best token everywhere, allowed nowhere
+    gpu = GpuSampler(VOCAB, EOS, 0, device)(logits.clone(), seqs)
+    cpu = Sampler(VOCAB, EOS, 0)(logits.cpu().clone(), seqs)
+    assert gpu.token_ids == cpu.token_ids
+    assert gpu.token_ids[0] in allowed and gpu.token_ids[1] in allowed
+    assert gpu.token_ids[2] == 30
+    assert gpu.token_ids[0] == max(allowed, key=lambda t: logits[0, t].item())

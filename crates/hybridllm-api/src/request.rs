@@ -99,7 +99,6 @@ const OUTPUT_CONSTRAINTS: &[Unhonoured] = unhonoured! {
 /// vLLM's extensions of both generate endpoints that are not implemented yet.
 const VLLM_EXTENSIONS: &[Unhonoured] = unhonoured! {
     "return_token_ids" => empty_or_false, VLLM;
-    "allowed_token_ids" => never, VLLM;
     "bad_words" => empty_or_false, VLLM;
     "priority" => zero, VLLM;
     "logits_processors" => empty_or_false, VLLM;

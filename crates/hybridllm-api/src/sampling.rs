@@ -28,6 +28,8 @@ pub struct SamplingParams {
     pub grammar: Option<String>,
     /// vLLM's `cache_salt`: prefix-cache hits only between requests with the same salt.
     pub cache_salt: Option<String>,
+    /// vLLM's `allowed_token_ids`: sampling only among these (empty: all tokens).
+    pub allowed_token_ids: Vec<u32>,
 }
 
 /// A beam search: the engine returns `beam_width` sequences, best score first.

@@ -135,6 +135,8 @@ pub struct SamplingRequest {
     pub return_tokens_as_token_ids: Option<bool>,
     /// Prefix-cache hits only between requests with the same salt (a tenant's secret).
     pub cache_salt: Option<String>,
+    /// vLLM's: only these token ids may be sampled (at least one, each in the vocabulary).
+    pub allowed_token_ids: Option<Vec<i64>>,
     /// vLLM's: the response id is `chatcmpl-<request_id>` (`cmpl-` for completions); an
     /// `X-Request-Id` header wins over it.
     pub request_id: Option<String>,
@@ -415,6 +417,25 @@ impl SamplingRequest {
                 ));
             }
         }
+        let allowed_token_ids = match &self.allowed_token_ids {
+            None => vec![],
+            Some(ids) if ids.is_empty() => {
+                return Err(ApiError::bad_param(
+                    "allowed_token_ids",
+                    "allowed_token_ids must name at least one token id.",
+                ))
+            }
+            Some(ids) => ids
+                .iter()
+                .map(|&id| match u32::try_from(id) {
+                    Ok(t) if (t as usize) < vocab_size => Ok(t),
+                    _ => Err(ApiError::bad_param(
+                        "allowed_token_ids",
+                        format!("allowed_token_ids: token id {id} is out of vocabulary (size {vocab_size})."),
+                    )),
+                })
+                .collect::<Result<Vec<u32>, ApiError>>()?,
+        };
         if self.cache_salt.as_deref() == Some("") {
             return Err(ApiError::bad_param(
                 "cache_salt",
@@ -440,6 +461,7 @@ impl SamplingRequest {
             logit_bias,
             grammar: None,
             cache_salt: self.cache_salt.clone(),
+            allowed_token_ids,
         };
         Ok(GenParams {
             sampling,

@@ -511,6 +511,9 @@ impl EngineRequest {
         if let Some(salt) = &s.cache_salt {
             d.set_item("cache_salt", salt)?;
         }
+        if !s.allowed_token_ids.is_empty() {
+            d.set_item("allowed_token_ids", s.allowed_token_ids.clone())?;
+        }
         Ok(d)
     }
 

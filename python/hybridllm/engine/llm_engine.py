@@ -123,6 +123,10 @@ class LLMEngine:
         if bad is not None:
             raise ParamError(
                 "logit_bias", f"token_id {bad} in logit_bias is out of vocabulary (size {vocab}).")
+        bad = next((t for t in params.allowed_token_ids or [] if not 0 <= t < vocab), None)
+        if bad is not None:
+            raise ParamError("allowed_token_ids", f"allowed_token_ids: token id {bad} is out "
+                             f"of vocabulary (size {vocab}).")
         # Compiled before anything is queued: a grammar that does not compile refuses this
         # request alone (ValueError: INVALID_ARGUMENT over gRPC).
         grammar = params.grammar

@@ -85,13 +85,17 @@ class GpuSampler:
         return SamplerOutput(token_ids, logprobs, sampled)
 
     def _mask_and_bias(self, logits: torch.Tensor, seqs: list[Sequence]) -> None:
-        """min_tokens (stop ids to -inf) then logit_bias, as Sampler._process orders them;
-        one scatter each, and only when some row needs it."""
+        """min_tokens (stop ids to -inf), logit_bias, then allowed_token_ids (every other
+        id to -inf), as Sampler._process orders them; one scatter each, and only when some
+        row needs it."""
         mask_r: list[int] = []
         mask_c: list[int] = []
         bias_r: list[int] = []
         bias_c: list[int] = []
         bias_v: list[float] = []
+        allow_rows: list[int] = []
+        allow_r: list[int] = []
+        allow_c: list[int] = []
         for i, s in enumerate(seqs):
             p = s.params
             if s.num_output_tokens < p.min_tokens and s.matcher is None:  # else in its bitmask
@@ -102,6 +106,10 @@ class GpuSampler:
                 bias_r += [i] * len(p.logit_bias)
                 bias_c += list(p.logit_bias.keys())
                 bias_v += list(p.logit_bias.values())
+            if p.allowed_token_ids is not None:
+                allow_rows.append(i)
+                allow_r += [i] * len(p.allowed_token_ids)
+                allow_c += p.allowed_token_ids
         if mask_r:
             idx = self._to_device(torch.tensor([mask_r, mask_c], dtype=torch.int64))
             logits.index_put_((idx[0], idx[1]), torch.tensor(float("-inf"), device=logits.device))
@@ -109,6 +117,11 @@ class GpuSampler:
             idx = self._to_device(torch.tensor([bias_r, bias_c], dtype=torch.int64))
             vals = self._to_device(torch.tensor(bias_v, dtype=torch.float32))
             logits.index_put_((idx[0], idx[1]), vals, accumulate=True)
+        if allow_rows:
+            banned = torch.zeros(logits.shape, dtype=torch.bool)
+            banned[allow_rows] = True
+            banned[allow_r, allow_c] = False
+            logits.masked_fill_(self._to_device(banned), float("-inf"))
 
     def sampling_tensors(self, seqs: list[Sequence]) -> SamplingTensors:
         floats: list[list[float]] = [[], [], [], [], [], []]

@@ -59,6 +59,11 @@ class Sampler:
             if p.logit_bias:
                 ids = torch.tensor(list(p.logit_bias.keys()))
                 logits[i, ids] += torch.tensor(list(p.logit_bias.values()))
+            if p.allowed_token_ids is not None:
+                allowed = torch.tensor(p.allowed_token_ids)
+                kept = logits[i, allowed].clone()
+                logits[i] = processors.NEG_INF
+                logits[i, allowed] = kept
         penalized = [
             i for i, s in enumerate(seqs)
             if s.params.repetition_penalty != 1.0

@@ -40,6 +40,8 @@ def sampling_params_from_proto(msg: pb.SamplingParams) -> SamplingParams:
         kwargs["structured_outputs"] = StructuredOutputsParams(grammar=msg.grammar)
     if msg.cache_salt:
         kwargs["cache_salt"] = msg.cache_salt
+    if msg.allowed_token_ids:
+        kwargs["allowed_token_ids"] = list(msg.allowed_token_ids)
     return SamplingParams(**kwargs)  # type: ignore[arg-type]
 
 
@@ -81,6 +83,7 @@ def sampling_params_to_proto(params: SamplingParams) -> pb.SamplingParams:
         msg.grammar = grammar
     if params.cache_salt is not None:
         msg.cache_salt = params.cache_salt
+    msg.allowed_token_ids.extend(params.allowed_token_ids or [])
     return msg
 
 
