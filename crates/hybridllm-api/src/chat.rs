@@ -14,7 +14,7 @@ use crate::text::tokenizer::Tokenizer;
 use crate::text_deltas::GenEvent;
 use crate::tools::parsers::{parse_whole, ToolEvent, ToolFormat, ToolParser};
 use crate::tools::{self, ToolPlan};
-use crate::usage::{now, CompletionUsage, RequestIds, Usage};
+use crate::usage::{now, CallerId, CompletionUsage, Usage};
 use crate::validation::{
     fit_max_tokens, Bound, Constrained, GenParams, GenRequest, SamplingRequest, LOGPROBS,
 };
@@ -71,9 +71,7 @@ pub struct ChatCall {
     stream: bool,
     include_usage: bool,
     continuous_usage: bool,
-    /// The body's `request_id`, and the `X-Request-Id` header once the shell has set it.
-    request_id: Option<String>,
-    request_id_header: Option<String>,
+    caller: CallerId,
     /// The text the reply starts with (`echo`).
     echo: String,
     /// What the reply's tool calls are read as, when they are.
@@ -166,18 +164,18 @@ impl ChatCall {
             ),
             false => String::new(),
         };
+        let (include_usage, continuous_usage) = StreamOptions::usage(req.stream_options.as_ref());
         Ok(ChatCall {
             prompt,
             add_special_tokens: req.add_special_tokens.unwrap_or(false),
             params,
             stream,
-            include_usage: req.stream_options.as_ref().is_some_and(|o| o.include_usage),
-            continuous_usage: req
-                .stream_options
-                .as_ref()
-                .is_some_and(|o| o.include_usage && o.continuous_usage_stats),
-            request_id: req.sampling.request_id.clone(),
-            request_id_header: None,
+            include_usage,
+            continuous_usage,
+            caller: CallerId {
+                body: req.sampling.request_id.clone(),
+                header: None,
+            },
             echo,
             tools: tool_plan,
         })
@@ -185,7 +183,7 @@ impl ChatCall {
 
     /// The request's `X-Request-Id` header (it wins over the body's `request_id`).
     pub fn set_request_id_header(&mut self, value: Option<String>) {
-        self.request_id_header = value;
+        self.caller.header = value;
     }
 
     /// The engine request for the prompt's ids, and the response to build from its events.
@@ -202,11 +200,7 @@ impl ChatCall {
             ctx.max_model_len,
             ctx.max_tokens_limit,
         )?;
-        let rid = RequestIds::new(
-            "chatcmpl",
-            self.request_id_header.as_deref(),
-            self.request_id.as_deref(),
-        )?;
+        let rid = self.caller.ids("chatcmpl")?;
         let head = ChunkHead {
             id: rid.response,
             object: "chat.completion.chunk",

@@ -11,7 +11,7 @@ use crate::sse::ChunkHead;
 use crate::structured::ConstraintFields;
 use crate::text::tokenizer::{DecodeOpts, Tokenizer};
 use crate::text_deltas::GenEvent;
-use crate::usage::{now, CompletionUsage, RequestIds, Usage};
+use crate::usage::{now, CallerId, CompletionUsage, Usage};
 use crate::validation::{
     fit_max_tokens, unset_max_tokens, Bound, Constrained, GenParams, GenRequest, SamplingRequest,
     DEFAULT_COMPLETION_MAX_TOKENS, LOGPROBS,
@@ -109,9 +109,7 @@ pub struct CompletionCall {
     stream: bool,
     include_usage: bool,
     continuous_usage: bool,
-    /// The body's `request_id`, and the `X-Request-Id` header once the shell has set it.
-    request_id: Option<String>,
-    request_id_header: Option<String>,
+    caller: CallerId,
 }
 
 impl Constrained for CompletionCall {
@@ -143,6 +141,7 @@ impl CompletionCall {
             params.sampling.prompt_logprobs = params.logprobs;
         }
         params.apply_request(ctx, &req.sampling, &req.constraints, stream)?;
+        let (include_usage, continuous_usage) = StreamOptions::usage(req.stream_options.as_ref());
         Ok(CompletionCall {
             prompts: parse_prompts(&req.prompt)?,
             add_special_tokens: req.add_special_tokens.unwrap_or(true),
@@ -150,19 +149,18 @@ impl CompletionCall {
             echo,
             echo_logprobs,
             stream,
-            include_usage: req.stream_options.as_ref().is_some_and(|o| o.include_usage),
-            continuous_usage: req
-                .stream_options
-                .as_ref()
-                .is_some_and(|o| o.include_usage && o.continuous_usage_stats),
-            request_id: req.sampling.request_id.clone(),
-            request_id_header: None,
+            include_usage,
+            continuous_usage,
+            caller: CallerId {
+                body: req.sampling.request_id.clone(),
+                header: None,
+            },
         })
     }
 
     /// The request's `X-Request-Id` header (it wins over the body's `request_id`).
     pub fn set_request_id_header(&mut self, value: Option<String>) {
-        self.request_id_header = value;
+        self.caller.header = value;
     }
 
     /// One engine request per prompt, from each prompt's ids (`self.prompts` in order, the
@@ -174,11 +172,7 @@ impl CompletionCall {
     ) -> Result<(Vec<GenRequest>, CompletionResponse), ApiError> {
         self.params.compile_constraint(ctx)?;
         let unset = unset_max_tokens(Some(DEFAULT_COMPLETION_MAX_TOKENS), ctx.max_tokens_limit);
-        let rid = RequestIds::new(
-            "cmpl",
-            self.request_id_header.as_deref(),
-            self.request_id.as_deref(),
-        )?;
+        let rid = self.caller.ids("cmpl")?;
         let id = rid.response;
         let mut gens = vec![];
         let mut echoes = vec![];

@@ -22,6 +22,15 @@ pub struct StreamOptions {
     pub continuous_usage_stats: bool,
 }
 
+impl StreamOptions {
+    /// (`include_usage`, `continuous_usage_stats` with it): the usage a stream's chunks carry.
+    pub fn usage(opts: Option<&StreamOptions>) -> (bool, bool) {
+        opts.map_or((false, false), |o| {
+            (o.include_usage, o.include_usage && o.continuous_usage_stats)
+        })
+    }
+}
+
 /// A JSON object only (serde's derive would also read it from the sequence of its fields).
 impl<'de> Deserialize<'de> for StreamOptions {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

@@ -27,6 +27,20 @@ pub fn new_request_id() -> String {
 /// every streamed chunk repeats it.
 pub const MAX_REQUEST_ID_LEN: usize = 512;
 
+/// The ids a caller chose for a request: the body's `request_id`, and the `X-Request-Id`
+/// header once the shell has set it.
+#[derive(Debug, Default)]
+pub struct CallerId {
+    pub body: Option<String>,
+    pub header: Option<String>,
+}
+
+impl CallerId {
+    pub fn ids(&self, prefix: &str) -> Result<RequestIds, ApiError> {
+        RequestIds::new(prefix, self.header.as_deref(), self.body.as_deref())
+    }
+}
+
 /// A chat or completion request's ids, as vLLM makes them: the response id is
 /// `<prefix>-<base>`, the base being the `X-Request-Id` header, else the body's `request_id`,
 /// else a new uuid. The engine's id is the response id when the server chose it; a caller's
