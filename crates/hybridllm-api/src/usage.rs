@@ -12,15 +12,15 @@ pub fn now() -> i64 {
         .unwrap_or(0)
 }
 
-/// `<prefix>-<32 hex>`, e.g. `chatcmpl-0123…`.
-pub fn new_id(prefix: &str) -> String {
-    format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
-}
-
-/// `--enable-request-id-headers`: the `X-Request-Id` made for a request that came without one
-/// (a uuid's 32 hex digits, as vLLM's), which the request then carries as its own.
+/// A new uuid's 32 hex digits: the `X-Request-Id` made for a request that came without one
+/// (`--enable-request-id-headers`, as vLLM's), and the tail of every id the server makes.
 pub fn new_request_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()
+}
+
+/// `<prefix>-<32 hex>`, e.g. `chatcmpl-0123…`.
+pub fn new_id(prefix: &str) -> String {
+    format!("{prefix}-{}", new_request_id())
 }
 
 /// The longest request id a caller may choose (`X-Request-Id` or the body's `request_id`):
@@ -76,7 +76,7 @@ impl RequestIds {
         }
         let response = format!("{prefix}-{base}");
         Ok(RequestIds {
-            engine: format!("{response}-{}", uuid::Uuid::new_v4().simple()),
+            engine: new_id(&response),
             response,
         })
     }

@@ -144,8 +144,9 @@ def _leaks(base: dict, row: dict, now: dict, args: argparse.Namespace) -> list[s
         mem0, mem = base[f"{role}_{kind}_kib"], row[f"{role}_{kind}_kib"]
         allowed = max(mem0 * args.rss_tolerance, floor * 1024)
         if mem > mem0 + allowed:
-            out.append(f"round {row['round']}: {role} {kind.upper() if kind == 'rss' else kind}"
-                       f" {mem} KiB > baseline {mem0} KiB + {allowed:.0f} KiB")
+            label = "RSS" if kind == "rss" else "heap"
+            out.append(f"round {row['round']}: {role} {label} {mem} KiB > baseline {mem0} KiB "
+                       f"+ {allowed:.0f} KiB")
         fd0, fd = base[f"{role}_fds"], row[f"{role}_fds"]
         if abs(fd - fd0) > args.fd_tolerance:
             out.append(f"round {row['round']}: {role} {fd} open fds, baseline {fd0} "

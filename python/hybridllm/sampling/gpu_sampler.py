@@ -118,10 +118,12 @@ class GpuSampler:
             vals = self._to_device(torch.tensor(bias_v, dtype=torch.float32))
             logits.index_put_((idx[0], idx[1]), vals, accumulate=True)
         if allow_rows:
-            banned = torch.zeros(logits.shape, dtype=torch.bool)
-            banned[allow_rows] = True
-            banned[allow_r, allow_c] = False
-            logits.masked_fill_(self._to_device(banned), float("-inf"))
+            # Made on the device: only the row and id lists cross, not a [batch, vocab] mask.
+            banned = torch.zeros(logits.shape, dtype=torch.bool, device=logits.device)
+            banned[self._to_device(torch.tensor(allow_rows, dtype=torch.int64))] = True
+            idx = self._to_device(torch.tensor([allow_r, allow_c], dtype=torch.int64))
+            banned[idx[0], idx[1]] = False
+            logits.masked_fill_(banned, float("-inf"))
 
     def sampling_tensors(self, seqs: list[Sequence]) -> SamplingTensors:
         floats: list[list[float]] = [[], [], [], [], [], []]
