@@ -46,6 +46,9 @@ class SchedulerConfig:
     max_num_batched_tokens: int
     max_model_len: int
     enable_chunked_prefill: bool
+    # vLLM's --scheduling-policy: "fcfs" (arrival order) or "priority" (Request.priority,
+    # lower first, then arrival).
+    policy: str = "fcfs"
 
 
 def _non_negative(value: str) -> int:
@@ -62,6 +65,7 @@ class EngineArgs:
     dtype: str = "auto"
     max_model_len: int | None = None
     max_num_seqs: int = 256
+    scheduling_policy: str = "fcfs"
     # Admission control: refuse a request that would make more sequences wait than this
     # (vLLM's proposed --max-waiting-queue-length); None: unbounded.
     max_waiting_queue_length: int | None = None
@@ -98,6 +102,11 @@ class EngineArgs:
                             help="auto: float32 on CPU, bfloat16 on CUDA.")
         parser.add_argument("--max-model-len", type=int, default=None)
         parser.add_argument("--max-num-seqs", type=int, default=d.max_num_seqs)
+        parser.add_argument("--scheduling-policy", choices=["fcfs", "priority"],
+                            default=d.scheduling_policy,
+                            help="fcfs: arrival order. priority: a request's `priority` first "
+                                 "(lower is sooner), then arrival; preemption takes the "
+                                 "lowest-priority running request.")
         parser.add_argument("--max-waiting-queue-length", "--max-num-waiting-requests",
                             type=_non_negative, default=d.max_waiting_queue_length,
                             help="Refuse requests (HTTP 429) while this many sequences wait "
@@ -209,6 +218,7 @@ class EngineArgs:
             max_num_batched_tokens=batched,
             max_model_len=max_model_len,
             enable_chunked_prefill=self.enable_chunked_prefill,
+            policy=self.scheduling_policy,
         )
         return EngineConfig(
             args=self,

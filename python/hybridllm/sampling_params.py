@@ -93,6 +93,8 @@ class SamplingParams:
     cache_salt: str | None = None
     # vLLM's allowed_token_ids: every other token's logit is -inf before sampling.
     allowed_token_ids: list[int] | None = None
+    # vLLM's bad_words: never generated; the engine tokenizes them (Request.bad_words_ids).
+    bad_words: list[str] | None = None
 
     def __post_init__(self) -> None:
         if self.top_k == 0:
@@ -136,6 +138,8 @@ class SamplingParams:
         _check(all(t >= 0 for t in self.stop_token_ids), "stop_token_ids",
                "stop_token_ids must be non-negative token ids.")
         _check(all(s for s in self.stop), "stop", "stop strings must not be empty.")
+        _check(all(isinstance(w, str) for w in self.bad_words or []), "bad_words",
+               "bad_words must be a list of strings.")
         _check(self.allowed_token_ids is None or len(self.allowed_token_ids) > 0,
                "allowed_token_ids", "allowed_token_ids must name at least one token id.")
         salt_ok = self.cache_salt is None or isinstance(self.cache_salt, str) and self.cache_salt
@@ -159,6 +163,7 @@ class SamplingParams:
             and self.logprobs is None
             and not self.logit_bias
             and self.allowed_token_ids is None
+            and not self.bad_words
             and self.repetition_penalty == 1.0
             and self.frequency_penalty == 0.0
             and self.presence_penalty == 0.0

@@ -44,6 +44,9 @@ class Request:
     params: SamplingParams
     max_tokens: int
     arrival_time: float = field(default_factory=time.monotonic)
+    priority: int = 0  # vLLM's: lower is scheduled sooner (--scheduling-policy priority)
+    # params.bad_words as token-id sequences (text/bad_words.py)
+    bad_words_ids: list[list[int]] = field(default_factory=list)
     seqs: list[Sequence] = field(default_factory=list)
     prompt_logprobs: list[LogprobsDict | None] | None = None
     first_token_time: float | None = None

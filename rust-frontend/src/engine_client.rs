@@ -76,6 +76,7 @@ impl From<GenerateRequest> for pb::GenerateRequest {
             prompt_token_ids: r.prompt_ids,
             sampling_params: Some(r.sampling.into()),
             beam_search: r.beam.map(Into::into),
+            priority: r.priority,
         }
     }
 }
@@ -116,6 +117,7 @@ impl From<SamplingParams> for pb::SamplingParams {
             grammar: p.grammar.unwrap_or_default(),
             cache_salt: p.cache_salt.unwrap_or_default(),
             allowed_token_ids: p.allowed_token_ids,
+            bad_words: p.bad_words,
         }
     }
 }
@@ -244,6 +246,7 @@ impl From<pb::ModelInfo> for hybridllm_api::context::ModelFacts {
             hidden_size: m.hidden_size,
             lowercase_inputs: m.lowercase_inputs,
             max_num_seqs: m.max_num_seqs,
+            priority_scheduling: m.priority_scheduling,
         }
     }
 }

@@ -285,6 +285,7 @@ pub fn state(engine: Arc<FakeEngine>) -> Arc<AppState> {
             eos_token: String::new(),
             eos_token_ids: vec![EOS].into(),
             max_num_seqs: 0,
+            priority_scheduling: false,
             hidden_size: 0,
             lowercase_inputs: false,
             grammars: Err("the test tokenizer has no byte-level vocabulary".into()),

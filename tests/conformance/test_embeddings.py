@@ -179,10 +179,12 @@ ERRORS: list[tuple[str, int, str | Foreign | None]] = [
     ('{"input":"a","normalize":"yes"}', 400, TYPE_ERROR),
     ("{}", 400, Foreign("deserializer", "Invalid request: missing field `input`")),
     ('{"input":"a","model":"nope"}', 404, "The model `nope` does not exist."),
+    ('{"input":"a","priority":2}', 400, "priority is not supported: an embedding step takes "
+     "every waiting input in arrival order."),
 ]
 PARAMS = {"input": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15],
           "truncate_prompt_tokens": [16, 17, 18, 19], "encoding_format": [20],
-          "dimensions": [21]}
+          "dimensions": [21], "priority": [len(ERRORS) - 1]}
 
 
 @pytest.mark.parametrize("case", ERRORS, ids=range(len(ERRORS)))

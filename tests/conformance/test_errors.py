@@ -145,7 +145,10 @@ CASES: list[tuple[str, str | bytes, int, str | Foreign | None]] = [
     (C, '{"messages":' + HI + ',"allowed_token_ids":[5,99999999]}', 400,
      "allowed_token_ids: token id 99999999 is out of vocabulary (size 49152)."),
     (C, '{"messages":' + HI + ',"priority":3}', 400,
-     "priority is not supported: this vLLM extension is not implemented by this server yet."),
+     "Got priority 3 but Priority scheduling is not enabled (start the server with "
+     "--scheduling-policy priority)."),
+    (P, '{"prompt":"a","priority":4294967296}', 400,
+     "priority must be in [-2147483648, 2147483647], got 4294967296."),
     (P, '{"prompt":"a","prompt_logprobs":1,"stream":true}', 400,
      "prompt_logprobs are not available when stream=true."),
     (C, '{"messages":' + HI + ',"prompt_logprobs":2,"stream":true}', 400,

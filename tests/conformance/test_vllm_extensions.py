@@ -1,5 +1,7 @@
-"""vLLM's request extensions honoured (#33, first part), in every frontend through the core:
-`return_tokens_as_token_ids`, `truncate_prompt_tokens` and chat `echo`."""
+"""vLLM's request extensions honoured (#33), in every frontend through the core:
+`return_tokens_as_token_ids`, `truncate_prompt_tokens`, chat `echo`, `cache_salt` (chat,
+completions, Responses) and `priority`'s refusal without --scheduling-policy priority
+(its ordering: tests/reliability/test_priority.py)."""
 
 from __future__ import annotations
 
@@ -116,3 +118,44 @@ def test_cache_salt_isolates_prefix_cache_hits(servers: dict) -> None:
         assert r.status_code == 400 and r.json()["error"] == {
             "message": "cache_salt must be a non-empty string.", "type": "BadRequestError",
             "param": "cache_salt", "code": 400}, mode
+
+
+def test_responses_honour_cache_salt_and_refuse_an_unscheduled_priority(servers: dict) -> None:
+    prompt = "Responses salt: " + " ".join(f"v{i}" for i in range(80))
+
+    def cached(s: Any, salt: str) -> int:
+        r = s.http.post("/v1/responses", json={
+            "input": prompt, "max_output_tokens": 1, "temperature": 0, "store": False,
+            "cache_salt": salt})
+        assert r.status_code == 200, r.text
+        return r.json()["usage"]["input_tokens_details"]["cached_tokens"]
+
+    for mode, s in servers.items():
+        assert cached(s, f"{mode}-a") == 0
+        assert cached(s, f"{mode}-a") > 0, mode
+        assert cached(s, f"{mode}-b") == 0, mode
+        r = s.http.post("/v1/responses", json={"input": "hi", "priority": 2})
+        assert r.status_code == 400 and r.json()["error"] == {
+            "message": "Got priority 2 but Priority scheduling is not enabled (start the "
+                       "server with --scheduling-policy priority).",
+            "type": "BadRequestError", "param": "priority", "code": 400}, mode
+
+
+def test_bad_words_match_a_ban_on_their_tokens(servers: dict, tokenizer) -> None:
+    """Greedy with bad_words ["Paris"] is greedy with both of its spellings (bare, after a
+    space) biased to -100, in every frontend, chat and completions."""
+    ids = [tokenizer.encode(w, add_special_tokens=False).ids for w in ("Paris", " Paris")]
+    assert all(len(i) == 1 for i in ids)
+    for path, body in [("/v1/chat/completions", {"messages": [
+            {"role": "user", "content": "What is the capital of France?"}]}),
+            ("/v1/completions", {"prompt": "The capital of France is"})]:
+        body = {**body, "max_tokens": 12, "temperature": 0}
+        free = _all(servers, path, body)["choices"][0]
+        banned = _all(servers, path, {**body, "bad_words": ["Paris"]})["choices"][0]
+        biased = _all(servers, path, {**body, "logit_bias": {str(i[0]): -100 for i in ids}})
+        assert "Paris" in _text(free) and "Paris" not in _text(banned), (path, banned)
+        assert _text(banned) == _text(biased["choices"][0])
+
+
+def _text(choice: dict[str, Any]) -> str:
+    return choice["message"]["content"] if "message" in choice else choice["text"]

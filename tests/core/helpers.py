@@ -20,10 +20,13 @@ BLOCK = 4  # block size of every test
 
 
 def make_seq(
-    tokens: list[int] | range, rid: str = "r", prompt_logprobs: int | None = None
+    tokens: list[int] | range, rid: str = "r", prompt_logprobs: int | None = None,
+    priority: int = 0, arrival_time: float | None = None,
 ) -> Sequence:
     params = SamplingParams(prompt_logprobs=prompt_logprobs)
-    request = Request(rid, None, list(tokens), params, max_tokens=64)
+    request = Request(rid, None, list(tokens), params, max_tokens=64, priority=priority)
+    if arrival_time is not None:
+        request.arrival_time = arrival_time
     seq = Sequence(request, 0, None)
     request.seqs.append(seq)
     return seq
@@ -35,18 +38,21 @@ def make_scheduler(
     max_num_seqs: int = 16,
     chunked: bool = True,
     prefix: bool = False,
+    policy: str = "fcfs",
 ) -> Scheduler:
     config = SchedulerConfig(
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=budget,
         max_model_len=1024,
         enable_chunked_prefill=chunked,
+        policy=policy,
     )
     return Scheduler(config, KVCacheManager(num_blocks, BLOCK, prefix))
 
 
-def add(sched: Scheduler, rid: str, tokens: list[int] | range) -> Sequence:
-    seq = make_seq(tokens, rid)
+def add(sched: Scheduler, rid: str, tokens: list[int] | range, priority: int = 0,
+        arrival_time: float | None = None) -> Sequence:
+    seq = make_seq(tokens, rid, priority=priority, arrival_time=arrival_time)
     sched.add(seq)
     return seq
 

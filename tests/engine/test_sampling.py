@@ -8,6 +8,9 @@ import pytest
 import torch
 
 from hybridllm import LLM, SamplingParams
+from hybridllm.outputs import CompletionOutput
+from hybridllm.sampling.processors import banned_tokens
+from hybridllm.text.bad_words import bad_words_token_ids
 
 PROMPT = "Once upon a time, in a small village,"
 CHAT = [{"role": "user", "content": "What is the capital of France?"}]
@@ -102,6 +105,43 @@ def test_allowed_token_ids_restrict_sampling(llm: LLM, greedy: list[int]) -> Non
     out = gen(llm, temperature=0, max_tokens=4, ignore_eos=True, allowed_token_ids=[7, 100],
               logit_bias={42: 100.0})
     assert set(out) <= {7, 100}, out
+
+
+def test_bad_words_are_never_generated(llm: LLM) -> None:
+    """A one-token word is banned everywhere, bare and after a space (greedy then equals a
+    -100 bias on both ids); a longer word only where the output ends with its other tokens,
+    so the answer keeps the same start and turns away at the word's last token."""
+    tok = llm.get_tokenizer()
+    ids = bad_words_token_ids(tok, ["Paris"])
+    assert [[tok.decode([t]) for t in w] for w in ids] == [["Paris"], [" Paris"]]
+
+    def chat(**kw: object) -> CompletionOutput:
+        params = SamplingParams(temperature=0, max_tokens=24, **kw)  # type: ignore[arg-type]
+        return llm.chat(CHAT, params, use_tqdm=False)[0].outputs[0]
+
+    free = chat()
+    assert free.text == "The capital of France is Paris."
+    banned = chat(bad_words=["Paris"])
+    assert "Paris" not in banned.text
+    assert banned.token_ids == chat(logit_bias={w[0]: -100.0 for w in ids}).token_ids
+    phrase = bad_words_token_ids(tok, ["capital of France"])
+    assert [[tok.decode([t]) for t in w] for w in phrase] == [
+        ["capital", " of", " France"], [" capital", " of", " France"]]
+    out = chat(bad_words=["capital of France"]).token_ids
+    start = free.token_ids.index(phrase[1][-1])  # where " France" came
+    assert out[:start] == free.token_ids[:start] and out[start] != free.token_ids[start]
+    for w in phrase:
+        assert all(out[i:i + len(w)] != w for i in range(len(out)))
+    assert bad_words_token_ids(tok, ["   ", ""]) == []  # whitespace bans nothing
+
+
+def test_banned_tokens_follow_the_output_so_far() -> None:
+    words = [[5], [1, 2, 3], [9, 9]]
+    assert banned_tokens(words, []) == [5]
+    assert banned_tokens(words, [1, 2]) == [5, 3]
+    assert banned_tokens(words, [2, 1]) == [5]
+    assert banned_tokens(words, [0, 9]) == [5, 9]
+    assert banned_tokens([[1, 2, 3]], [2]) == []  # shorter than the word's prefix
 
 
 def test_min_tokens_holds_off_eos(llm: LLM) -> None:

@@ -114,3 +114,21 @@ def test_allowed_token_ids_match_cpu_sampler(device: torch.device) -> None:
     assert gpu.token_ids[0] in allowed and gpu.token_ids[1] in allowed
     assert gpu.token_ids[2] == 30
     assert gpu.token_ids[0] == max(allowed, key=lambda t: logits[0, t].item())
+
+
+def test_bad_words_match_cpu_sampler(device: torch.device) -> None:
+    """A one-token word always banned; the two-token word [8, 30] only after an 8."""
+    seqs = []
+    for outputs in ([], [8], [3]):
+        seq = _seq(SamplingParams(temperature=0, bad_words=["x"]), outputs)
+        seq.request.bad_words_ids = [[12], [8, 30]]
+        seqs.append(seq)
+    logits = _logits(len(seqs), device)
+    logits[:, 12] = 60.0  # the best token everywhere, banned everywhere
+    logits[:, 30] = 50.0  # the next best, banned after an 8
+    gpu = GpuSampler(VOCAB, EOS, 0, device)(logits.clone(), seqs)
+    cpu = Sampler(VOCAB, EOS, 0)(logits.cpu().clone(), seqs)
+    assert gpu.token_ids == cpu.token_ids
+    assert gpu.token_ids[0] == 30 and gpu.token_ids[2] == 30
+    assert gpu.token_ids[1] not in (12, 30)
+

@@ -57,6 +57,21 @@ pub fn beam_params(
             "logprobs are not supported with use_beam_search.",
         ));
     }
+    // Token masks the beam search's own step (top logprobs of the raw logits) never applies.
+    for (field, set) in [
+        ("allowed_token_ids", req.allowed_token_ids.is_some()),
+        (
+            "bad_words",
+            req.bad_words.as_ref().is_some_and(|w| !w.is_empty()),
+        ),
+    ] {
+        if set {
+            return Err(ApiError::bad_param(
+                field,
+                format!("{field} is not supported with use_beam_search."),
+            ));
+        }
+    }
     let length_penalty = req.length_penalty.unwrap_or(1.0);
     if !length_penalty.is_finite() {
         return Err(ApiError::bad_param(
@@ -152,5 +167,14 @@ mod tests {
             refused_param(on(serde_json::json!({})), false, Some(0)),
             "logprobs"
         );
+        let masked = on(serde_json::json!({"allowed_token_ids": [1]}));
+        assert_eq!(refused_param(masked, false, None), "allowed_token_ids");
+        let banned = on(serde_json::json!({"bad_words": ["x"]}));
+        assert_eq!(refused_param(banned, false, None), "bad_words");
+        // An empty list asks for nothing.
+        let none = on(serde_json::json!({"bad_words": []}));
+        assert!(beam_params(&req(none), false, None, 16, 8)
+            .unwrap()
+            .is_some());
     }
 }

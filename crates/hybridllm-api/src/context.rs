@@ -31,6 +31,8 @@ pub struct ApiContext {
     pub eos_token_ids: Arc<[u32]>,
     /// The engine's `--max-num-seqs` (0: the worker did not say).
     pub max_num_seqs: u32,
+    /// The engine runs `--scheduling-policy priority` (else a non-zero `priority` is refused).
+    pub priority_scheduling: bool,
     /// An embedding model's vector size (`dimensions` must equal it).
     pub hidden_size: u32,
     /// The embedding model's tokenizer expects lowercased text (BERT uncased).
@@ -62,6 +64,7 @@ pub struct ModelFacts {
     pub hidden_size: u32,
     pub lowercase_inputs: bool,
     pub max_num_seqs: u32,
+    pub priority_scheduling: bool,
 }
 
 /// The serve options that shape the API (vLLM's flags).
@@ -163,6 +166,7 @@ impl ApiContext {
             eos_token: model.eos_token.clone(),
             eos_token_ids: model.eos_token_ids.clone().into(),
             max_num_seqs: model.max_num_seqs,
+            priority_scheduling: model.priority_scheduling,
             hidden_size: model.hidden_size,
             lowercase_inputs: model.lowercase_inputs,
         })
@@ -272,6 +276,7 @@ pub(crate) fn test_context() -> ApiContext {
         eos_token: "</s>".into(),
         eos_token_ids: vec![4].into(),
         max_num_seqs: 8,
+        priority_scheduling: false,
         hidden_size: 0,
         lowercase_inputs: false,
         tools: ToolOptions::default(),

@@ -2,7 +2,7 @@
 //! returned as floats or base64 (little-endian float32, as the openai client decodes it).
 use crate::context::ApiContext;
 use crate::errors::ApiError;
-use crate::request::RequestBody;
+use crate::request::{RequestBody, Unhonoured};
 use crate::usage::{new_id, now};
 use crate::validation::truncation_limit;
 use base64::Engine as _;
@@ -33,7 +33,16 @@ pub struct EmbeddingRequest {
     pub normalize: Option<bool>,
 }
 
-impl RequestBody for EmbeddingRequest {}
+impl RequestBody for EmbeddingRequest {
+    const UNHONOURED: &'static [&'static [Unhonoured]] = &[EMBEDDING_UNHONOURED];
+}
+
+/// vLLM's extensions that an embedding request here refuses rather than ignores.
+const EMBEDDING_UNHONOURED: &[Unhonoured] = &[Unhonoured {
+    field: "priority",
+    neutral: crate::request::zero,
+    why: "an embedding step takes every waiting input in arrival order",
+}];
 
 pub enum Input {
     Text(String),

@@ -63,6 +63,8 @@ pub struct GenerateRequest {
     pub sampling: SamplingParams,
     /// Set: a beam search (the sampling parameters are then unused).
     pub beam: Option<BeamSearchParams>,
+    /// vLLM's scheduling priority (lower first).
+    pub priority: i32,
 }
 
 impl GenerateRequest {
@@ -79,6 +81,7 @@ impl GenerateRequest {
                 max_tokens: req.max_tokens,
                 ..b
             }),
+            priority: req.params.priority,
         }
     }
 }

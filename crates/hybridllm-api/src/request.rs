@@ -108,8 +108,6 @@ const OUTPUT_CONSTRAINTS: &[Unhonoured] = unhonoured! {
 /// vLLM's extensions of both generate endpoints that are not implemented yet.
 const VLLM_EXTENSIONS: &[Unhonoured] = unhonoured! {
     "return_token_ids" => empty_or_false, VLLM;
-    "bad_words" => empty_or_false, VLLM;
-    "priority" => zero, VLLM;
     "logits_processors" => empty_or_false, VLLM;
     "kv_transfer_params" => never, VLLM;
     "vllm_xargs" => never, VLLM;
@@ -316,10 +314,6 @@ mod tests {
         assert_eq!(
             err(r#"{"function_call": "auto"}"#).body()["error"]["param"],
             "function_call"
-        );
-        assert_eq!(
-            err(r#"{"priority": 3}"#).body()["error"]["param"],
-            "priority"
         );
         assert_eq!(
             err("[1]").to_string(),

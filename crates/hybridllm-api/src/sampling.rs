@@ -30,6 +30,8 @@ pub struct SamplingParams {
     pub cache_salt: Option<String>,
     /// vLLM's `allowed_token_ids`: sampling only among these (empty: all tokens).
     pub allowed_token_ids: Vec<u32>,
+    /// vLLM's `bad_words`: words never generated (the engine tokenizes them).
+    pub bad_words: Vec<String>,
 }
 
 /// A beam search: the engine returns `beam_width` sequences, best score first.

@@ -137,9 +137,13 @@ pub struct SamplingRequest {
     pub cache_salt: Option<String>,
     /// vLLM's: only these token ids may be sampled (at least one, each in the vocabulary).
     pub allowed_token_ids: Option<Vec<i64>>,
+    /// vLLM's: words the output never contains (each tokenized alone and after a space).
+    pub bad_words: Option<Vec<String>>,
     /// vLLM's: the response id is `chatcmpl-<request_id>` (`cmpl-` for completions); an
     /// `X-Request-Id` header wins over it.
     pub request_id: Option<String>,
+    /// vLLM's scheduling priority: lower runs first (`--scheduling-policy priority`; else 0).
+    pub priority: Option<i64>,
 }
 
 /// Validated parameters; `max_tokens` is finalised once the prompt length is known.
@@ -162,6 +166,8 @@ pub struct GenParams {
     /// An output constraint not compiled yet (`compile_constraint`); once compiled, its
     /// grammar is `sampling.grammar`.
     pub constraint: Option<Constraint>,
+    /// vLLM's `priority` (0 unless the engine schedules by priority).
+    pub priority: i32,
 }
 
 /// A call whose engine parameters may hold an output constraint still to compile: each shell
@@ -193,6 +199,7 @@ impl GenParams {
         req.check_stream(stream)?;
         self.constrain(constraints.constraint()?)?;
         self.truncate = truncation_limit(req.truncate_prompt_tokens, ctx.max_model_len as usize)?;
+        self.priority = priority(req.priority, ctx.priority_scheduling)?;
         Ok(())
     }
 
@@ -245,6 +252,28 @@ pub struct GenRequest {
     pub params: GenParams,
     /// Final: what the request asked for, or what is left of the context window.
     pub max_tokens: u32,
+}
+
+/// vLLM's `priority`: any i32 when the engine schedules by priority, else only 0 (vLLM's
+/// message).
+pub fn priority(value: Option<i64>, enabled: bool) -> Result<i32, ApiError> {
+    let p = value.unwrap_or(0);
+    let p = i32::try_from(p).map_err(|_| {
+        ApiError::bad_param(
+            "priority",
+            format!("priority must be in [{}, {}], got {p}.", i32::MIN, i32::MAX),
+        )
+    })?;
+    if p != 0 && !enabled {
+        return Err(ApiError::bad_param(
+            "priority",
+            format!(
+                "Got priority {p} but Priority scheduling is not enabled (start the server \
+                 with --scheduling-policy priority)."
+            ),
+        ));
+    }
+    Ok(p)
 }
 
 /// vLLM's `truncate_prompt_tokens`: keep a prompt's last `t` tokens (-1: the context window).
@@ -462,6 +491,7 @@ impl SamplingRequest {
             grammar: None,
             cache_salt: self.cache_salt.clone(),
             allowed_token_ids,
+            bad_words: self.bad_words.clone().unwrap_or_default(),
         };
         Ok(GenParams {
             sampling,
@@ -478,6 +508,7 @@ impl SamplingRequest {
             truncate: None,
             tokens_as_ids: self.return_tokens_as_token_ids.unwrap_or(false),
             constraint: None,
+            priority: 0,
         })
     }
 }
@@ -647,5 +678,24 @@ mod tests {
         );
         assert!(r.check_max_tokens_limit(Some(9)).is_ok());
         assert!(r.check_max_tokens_limit(None).is_ok());
+    }
+
+    #[test]
+    fn priority_needs_the_priority_policy() {
+        assert_eq!(priority(None, false).unwrap(), 0);
+        assert_eq!(priority(Some(0), false).unwrap(), 0);
+        assert_eq!(priority(Some(-7), true).unwrap(), -7);
+        let e = priority(Some(3), false).unwrap_err();
+        assert_eq!(e.body()["error"]["param"], "priority");
+        assert_eq!(
+            e.to_string(),
+            "Got priority 3 but Priority scheduling is not enabled (start the server with \
+             --scheduling-policy priority)."
+        );
+        let e = priority(Some(1 << 31), true).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "priority must be in [-2147483648, 2147483647], got 2147483648."
+        );
     }
 }

@@ -282,7 +282,8 @@ impl Context {
     #[new]
     #[pyo3(signature = (*, tokenizer, template, served_names, max_model_len, vocab_size,
                         max_tokens_limit, max_beam_width, embed, bos_token, eos_token,
-                        eos_token_ids, max_num_seqs, hidden_size, lowercase_inputs))]
+                        eos_token_ids, max_num_seqs, hidden_size, lowercase_inputs,
+                        priority_scheduling=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         tokenizer: &Tokenizer,
@@ -299,6 +300,7 @@ impl Context {
         max_num_seqs: u32,
         hidden_size: u32,
         lowercase_inputs: bool,
+        priority_scheduling: bool,
     ) -> PyResult<Self> {
         if served_names.is_empty() {
             return Err(PyValueError::new_err("served_names must not be empty"));
@@ -335,6 +337,7 @@ impl Context {
                 eos_token,
                 eos_token_ids: eos_token_ids.into(),
                 max_num_seqs,
+                priority_scheduling,
                 hidden_size,
                 lowercase_inputs,
                 tools: Default::default(),
@@ -400,7 +403,8 @@ impl Context {
             eos_token,
             hidden_size,
             lowercase_inputs,
-            max_num_seqs
+            max_num_seqs,
+            priority_scheduling
         );
         let template = o.override_template().map_err(err)?;
         let inner = ApiContext::build(&facts, &o, template).map_err(err)?;
@@ -454,6 +458,9 @@ struct EngineRequest {
     skip_special_tokens: bool,
     #[pyo3(get)]
     spaces_between_special_tokens: bool,
+    /// vLLM's scheduling priority (GenerateRequest.priority).
+    #[pyo3(get)]
+    priority: i32,
     gen: GenRequest,
 }
 
@@ -469,6 +476,7 @@ impl EngineRequest {
             include_stop_str_in_output: p.include_stop,
             skip_special_tokens: p.decode.skip_special_tokens,
             spaces_between_special_tokens: p.decode.spaces_between_special_tokens,
+            priority: p.priority,
             gen,
         }
     }
@@ -513,6 +521,9 @@ impl EngineRequest {
         }
         if !s.allowed_token_ids.is_empty() {
             d.set_item("allowed_token_ids", s.allowed_token_ids.clone())?;
+        }
+        if !s.bad_words.is_empty() {
+            d.set_item("bad_words", s.bad_words.clone())?;
         }
         Ok(d)
     }

@@ -1,4 +1,9 @@
-"""One token budget per step: running sequences first, then waiting ones, FCFS.
+"""One token budget per step: running sequences first, then waiting ones in policy order.
+
+The policy (vLLM's --scheduling-policy) orders the waiting queue: "fcfs" by arrival, a
+preempted sequence at the front; "priority" by (Request.priority, arrival), lower first. Under
+"priority" the running list is kept in the same order, so the preemption victim taken from its
+back is the lowest-priority, latest-arrived sequence, as in vLLM.
 
 There are no separate prefill and decode phases: a step's batch mixes decode tokens with
 prompt chunks. When KV blocks run out, the most recently arrived running sequence is
@@ -11,6 +16,7 @@ past max_num_seqs (nor the model runner's batch rows).
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections import deque
 
@@ -20,10 +26,16 @@ from hybridllm.sequence import Sequence, SequenceStatus
 from hybridllm.step_types import SchedulerOutput
 
 
+def _rank(seq: Sequence) -> tuple[int, float]:
+    """The priority policy's order: lower priority value first, then earlier arrival."""
+    return seq.request.priority, seq.request.arrival_time
+
+
 class Scheduler:
     def __init__(self, config: SchedulerConfig, kv: KVCacheManager) -> None:
         self.config = config
         self.kv = kv
+        self.by_priority = config.policy == "priority"
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_preemptions = 0
@@ -32,7 +44,10 @@ class Scheduler:
         self._beams_running: dict[str, int] = {}  # request id → its beams in `running`
 
     def add(self, seq: Sequence) -> None:
-        self.waiting.append(seq)
+        if self.by_priority:  # after the waiting sequences of the same rank
+            self.waiting.insert(bisect.bisect_right(self.waiting, _rank(seq), key=_rank), seq)
+        else:
+            self.waiting.append(seq)
 
     def finish(self, seq: Sequence, reason: str, stop_reason: int | str | None = None) -> None:
         """End seq wherever it is and free its blocks."""
@@ -71,6 +86,8 @@ class Scheduler:
         # Runs for every running sequence every step: names bound once, no property calls,
         # and allocate() only where the last block is full.
         running, bs = self.running, self.kv.block_size
+        if self.by_priority:  # timsort: linear on the already ordered list of last step
+            running.sort(key=_rank)
         seqs, news = out.seqs, out.num_new_tokens
         # A preemption pops from the end of `running`; the iterator never reaches what left.
         for seq in running:
@@ -186,5 +203,8 @@ class Scheduler:
         self._leave(seq)
         self.kv.free(seq)
         seq.reset_for_recompute()
-        self.waiting.appendleft(seq)
+        if self.by_priority:  # before the waiting sequences of the same rank
+            self.waiting.insert(bisect.bisect_left(self.waiting, _rank(seq), key=_rank), seq)
+        else:
+            self.waiting.appendleft(seq)
         self.num_preemptions += 1

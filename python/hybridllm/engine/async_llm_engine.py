@@ -50,7 +50,8 @@ class StepConsumer(Protocol):
 
 # ("add", request_id, prompt, params, consumer) or ("abort", request_id, None, None, None)
 _Params = SamplingParams | PoolingParams
-_Op = tuple[str, str, "str | list[int] | None", "_Params | None", "StepConsumer | None"]
+# (kind, request id, prompt, params, consumer, priority); an abort has only the id.
+_Op = tuple[str, str, "str | list[int] | None", "_Params | None", "StepConsumer | None", int]
 
 
 class EngineDeadError(RuntimeError):
@@ -101,6 +102,7 @@ class AsyncLLMEngine:
     def add_request(
         self, request_id: str, prompt: str | list[int],
         params: SamplingParams | BeamSearchParams | PoolingParams, consumer: StepConsumer,
+        priority: int = 0,
     ) -> None:
         """Queue a request whose outputs go to `consumer` on the engine thread, together with
         the other outputs of the same step that are its; nothing follows a finished output or
@@ -115,7 +117,7 @@ class AsyncLLMEngine:
                 f"and the limit (--max-waiting-queue-length) is {self.max_waiting}. "
                 "Retry later.")
         self._seqs_queued += n
-        self._ops.append(("add", request_id, prompt, params, consumer))
+        self._ops.append(("add", request_id, prompt, params, consumer, priority))
         self._wakeup.set()
 
     @property
@@ -135,7 +137,7 @@ class AsyncLLMEngine:
     def abort(self, request_id: str) -> None:
         """Abort at the next step boundary; its KV blocks are freed then, and its consumer gets
         no more outputs (but may still get the step's in flight, handed over before it)."""
-        self._ops.append(("abort", request_id, None, None, None))
+        self._ops.append(("abort", request_id, None, None, None, 0))
         self._wakeup.set()
 
     # -- engine thread -------------------------------------------------------------------
@@ -143,14 +145,15 @@ class AsyncLLMEngine:
     def _apply_ops(self) -> None:
         ops = self._ops
         while ops:
-            kind, request_id, prompt, params, consumer = ops.popleft()
+            kind, request_id, prompt, params, consumer, priority = ops.popleft()
             if kind == "abort":
                 self._consumers.pop(request_id, None)
                 self.engine.abort_request([request_id])
                 continue
             assert prompt is not None and params is not None and consumer is not None
             try:
-                self.engine.add_request(request_id, prompt, params)  # type: ignore[arg-type]
+                self.engine.add_request(request_id, prompt, params,  # type: ignore[arg-type]
+                                        priority=priority)
             except ValueError as e:
                 if (then := consumer.on_step([(request_id, e)])) is not None:
                     self._outbox.append(then)
@@ -222,7 +225,7 @@ class AsyncLLMEngine:
         batches: dict[StepConsumer, list[StepItem]] = {}
         for rid, consumer in self._consumers.items():
             batches.setdefault(consumer, []).append((rid, dead))
-        for _, rid, _, _, consumer in self._ops:
+        for _, rid, _, _, consumer, _ in self._ops:
             if consumer is not None:  # an add
                 batches.setdefault(consumer, []).append((rid, dead))
         self._consumers.clear()

@@ -24,6 +24,7 @@ from hybridllm.sampling_params import BeamSearchParams, ParamError, SamplingPara
 from hybridllm.sequence import Request, Sequence, SequenceStatus, make_generator
 from hybridllm.step_types import SchedulerOutput, StepResult, TokenSampler
 from hybridllm.structured.grammar import GrammarCompiler
+from hybridllm.text.bad_words import bad_words_token_ids
 from hybridllm.text.tokenizer import load_tokenizer
 
 
@@ -107,10 +108,15 @@ class LLMEngine:
         prompt: str | list[int],
         params: SamplingParams | BeamSearchParams | None = None,
         arrival_time: float | None = None,
+        priority: int = 0,
     ) -> None:
-        """Queue a request: n samples (SamplingParams) or one beam group (BeamSearchParams)."""
+        """Queue a request: n samples (SamplingParams) or one beam group (BeamSearchParams).
+        `priority` as vLLM's: with --scheduling-policy priority, lower is scheduled sooner."""
         if request_id in self.requests:
             raise ValueError(f"request id {request_id!r} is already in use.")
+        if priority and self.config.scheduler.policy != "priority":
+            raise ParamError("priority", f"Got priority {priority} but Priority scheduling is "
+                             "not enabled (start the server with --scheduling-policy priority).")
         beam = params if isinstance(params, BeamSearchParams) else None
         params = BeamGroups.sampling_params(beam) if beam else params or SamplingParams()
         if isinstance(prompt, str):
@@ -139,6 +145,8 @@ class LLMEngine:
             params=params,
             max_tokens=min(params.max_tokens or room, room),
             arrival_time=arrival_time or time.monotonic(),
+            priority=priority,
+            bad_words_ids=bad_words_token_ids(self.tokenizer, params.bad_words or []),
         )
         if params.prompt_logprobs is not None:
             request.prompt_logprobs = [None]

@@ -19,6 +19,7 @@ from hybridllm.executor.mock_runner import MockPoolingRunner
 from hybridllm.executor.pooling_runner import PoolingRunner
 from hybridllm.outputs import PoolingOutput, PoolingRequestOutput
 from hybridllm.pooling_params import PoolingParams
+from hybridllm.sampling_params import ParamError
 from hybridllm.sequence import PoolingRequest
 from hybridllm.text.tokenizer import load_tokenizer
 from hybridllm.text.truncation import encode_batch_truncated, special_token_ids, truncate_ids
@@ -155,7 +156,10 @@ class PoolingEngine:
         prompt: str | list[int],
         params: PoolingParams | None = None,
         arrival_time: float | None = None,
+        priority: int = 0,
     ) -> None:
+        if priority:  # its steps take every waiting input in order: nothing to rank
+            raise ParamError("priority", "priority is not supported for embedding requests.")
         self.add_requests([(request_id, prompt, params)], arrival_time)
 
     def abort_request(self, request_ids: str | list[str]) -> None:

@@ -48,9 +48,11 @@ class OfflineInferenceMixin:
         prompts: PromptType | Sequence[PromptType],
         sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
         use_tqdm: bool = True,
+        priority: list[int] | None = None,
     ) -> list[RequestOutput]:
         """Run every prompt to completion; outputs come back in input order. As vLLM, a
-        "Processed prompts" progress bar shows on a terminal unless `use_tqdm=False`."""
+        "Processed prompts" progress bar shows on a terminal unless `use_tqdm=False`, and
+        `priority` (one per prompt; needs --scheduling-policy priority) orders the queue."""
         engine = self._generate_engine("generate")
         batch = [prompts] if _is_single_prompt(prompts) else list(prompts)
         if sampling_params is None or isinstance(sampling_params, SamplingParams):
@@ -62,11 +64,14 @@ class OfflineInferenceMixin:
                     f"got {len(params)} sampling_params for {len(batch)} prompts; "
                     "give one, or one per prompt."
                 )
+        if priority is not None and len(priority) != len(batch):
+            raise ValueError(f"got {len(priority)} priorities for {len(batch)} prompts; give "
+                             "one per prompt.")
         ids: list[str] = []
         try:
-            for prompt, p in zip(batch, params):
+            for i, (prompt, p) in enumerate(zip(batch, params)):
                 rid = str(next(self._counter))
-                engine.add_request(rid, prompt, p)
+                engine.add_request(rid, prompt, p, priority=priority[i] if priority else 0)
                 ids.append(rid)
         except BaseException:
             # One refused request (a grammar that does not compile, say) refuses the call:

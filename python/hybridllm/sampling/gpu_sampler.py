@@ -16,6 +16,7 @@ import torch
 
 from hybridllm.kernels.sampler_ref import SamplingTensors
 from hybridllm.outputs import LogprobsDict
+from hybridllm.sampling.processors import banned_tokens
 from hybridllm.sequence import Sequence
 from hybridllm.step_types import SamplerOutput, TokenBitmask, top_logprobs
 
@@ -86,8 +87,8 @@ class GpuSampler:
 
     def _mask_and_bias(self, logits: torch.Tensor, seqs: list[Sequence]) -> None:
         """min_tokens (stop ids to -inf), logit_bias, then allowed_token_ids (every other
-        id to -inf), as Sampler._process orders them; one scatter each, and only when some
-        row needs it."""
+        id to -inf) and bad_words, as Sampler._process orders them; one scatter each, and
+        only when some row needs it (the -inf of min_tokens and bad_words in one)."""
         mask_r: list[int] = []
         mask_c: list[int] = []
         bias_r: list[int] = []
@@ -110,6 +111,10 @@ class GpuSampler:
                 allow_rows.append(i)
                 allow_r += [i] * len(p.allowed_token_ids)
                 allow_c += p.allowed_token_ids
+            if s.request.bad_words_ids:
+                banned = banned_tokens(s.request.bad_words_ids, s.output_token_ids)
+                mask_r += [i] * len(banned)
+                mask_c += banned
         if mask_r:
             idx = self._to_device(torch.tensor([mask_r, mask_c], dtype=torch.int64))
             logits.index_put_((idx[0], idx[1]), torch.tensor(float("-inf"), device=logits.device))

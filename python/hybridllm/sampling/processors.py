@@ -57,3 +57,16 @@ def apply_top_k_top_p_min_p(
     drop[:, 0] = False  # the most likely token always survives
     sorted_logits = sorted_logits.masked_fill(drop, NEG_INF)
     return torch.empty_like(logits).scatter_(1, order, sorted_logits)
+
+
+def banned_tokens(bad_words_ids: list[list[int]], output_ids: list[int]) -> list[int]:
+    """vLLM's bad_words (tokenized by text/bad_words.py): the last token of every bad word
+    whose other tokens the output ends with (a one-token word's always), which must not
+    come next."""
+    banned = []
+    n = len(output_ids)
+    for ids in bad_words_ids:
+        k = len(ids) - 1
+        if k <= n and (k == 0 or output_ids[n - k:] == ids[:-1]):
+            banned.append(ids[-1])
+    return banned

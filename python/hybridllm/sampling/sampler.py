@@ -64,6 +64,9 @@ class Sampler:
                 kept = logits[i, allowed].clone()
                 logits[i] = processors.NEG_INF
                 logits[i, allowed] = kept
+            if s.request.bad_words_ids:
+                banned = processors.banned_tokens(s.request.bad_words_ids, s.output_token_ids)
+                logits[i, banned] = processors.NEG_INF
         penalized = [
             i for i, s in enumerate(seqs)
             if s.params.repetition_penalty != 1.0

@@ -44,11 +44,12 @@ class EngineClient(abc.ABC):
         """Calls `method` of the Engine service; failures raise EngineCallError."""
 
     def generate(self, request_id: str, prompt_ids: list[int], params: pb.SamplingParams,
-                 beam: pb.BeamSearchParams | None = None) -> AsyncIterator[pb.GenerateResponse]:
+                 beam: pb.BeamSearchParams | None = None,
+                 priority: int = 0) -> AsyncIterator[pb.GenerateResponse]:
         """One message per engine step; closing the iterator early aborts the request."""
         return self.mux.generate(pb.GenerateRequest(
             request_id=request_id, prompt_token_ids=prompt_ids, sampling_params=params,
-            beam_search=beam))
+            beam_search=beam, priority=priority))
 
     async def embed(self, request: pb.EmbedRequest) -> pb.GenerateResponse:
         """The request's one response, its `embeddings`; refusals raise EngineCallError, and

@@ -109,7 +109,7 @@ class GenerateStreamCall:
             params = request_params_from_proto(req)
             builder = ResponseBuilder(rid, params)
             self.active[rid] = builder
-            self.engine.add_request(rid, list(req.prompt_token_ids), params, self)
+            self.engine.add_request(rid, list(req.prompt_token_ids), params, self, req.priority)
         except ValueError as e:
             self.active.pop(rid, None)
             self._push(refused(rid, e))

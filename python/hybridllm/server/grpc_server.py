@@ -91,6 +91,7 @@ class EngineServicer(pb_grpc.EngineServicer):
             hidden_size=cfg.model.hidden_size,
             lowercase_inputs=bool(embed and cfg.pooler.do_lower_case),
             max_num_seqs=cfg.scheduler.max_num_seqs,
+            priority_scheduling=cfg.scheduler.policy == "priority",
         )
         if getattr(cfg.model, "bos_token_id", None) is not None:
             msg.bos_token_id = cfg.model.bos_token_id

@@ -42,6 +42,8 @@ def sampling_params_from_proto(msg: pb.SamplingParams) -> SamplingParams:
         kwargs["cache_salt"] = msg.cache_salt
     if msg.allowed_token_ids:
         kwargs["allowed_token_ids"] = list(msg.allowed_token_ids)
+    if msg.bad_words:
+        kwargs["bad_words"] = list(msg.bad_words)
     return SamplingParams(**kwargs)  # type: ignore[arg-type]
 
 
@@ -84,6 +86,7 @@ def sampling_params_to_proto(params: SamplingParams) -> pb.SamplingParams:
     if params.cache_salt is not None:
         msg.cache_salt = params.cache_salt
     msg.allowed_token_ids.extend(params.allowed_token_ids or [])
+    msg.bad_words.extend(params.bad_words or [])
     return msg
 
 

@@ -43,6 +43,7 @@ fn generate_req(id: &str) -> pb::GenerateRequest {
         prompt_token_ids: vec![1, 2],
         sampling_params: None,
         beam_search: None,
+        priority: 0,
     }
 }
 

@@ -38,6 +38,10 @@ pub struct ResponsesRequest {
     pub user: Option<String>,
     /// "auto" or "disabled" (the default).
     pub truncation: Option<String>,
+    /// vLLM's: scheduling priority, lower first (`--scheduling-policy priority`; else 0).
+    pub priority: Option<i64>,
+    /// vLLM's: prefix-cache hits only between requests with the same salt.
+    pub cache_salt: Option<String>,
     // Refused unless in their text-only form (`check_unsupported`), never ignored.
     pub background: Option<bool>,
     pub tools: Option<Vec<Value>>,
@@ -222,6 +226,8 @@ impl ResponsesRequest {
             stop: self.stop.clone(),
             ignore_eos: self.ignore_eos,
             max_tokens: self.max_output_tokens,
+            cache_salt: self.cache_salt.clone(),
+            priority: self.priority,
             ..Default::default()
         })
     }

@@ -13,7 +13,9 @@ use crate::response_store::{ResponseStore, StoredResponse};
 use crate::sse::write_named_frame;
 use crate::text_deltas::GenEvent;
 use crate::usage::Usage;
-use crate::validation::{closed, fit_max_tokens, Bound, Constrained, GenParams, GenRequest};
+use crate::validation::{
+    closed, fit_max_tokens, priority, Bound, Constrained, GenParams, GenRequest,
+};
 use bytes::Bytes;
 use input::{read_input, ResponsesRequest};
 use object::{output_text, status, ItemEvent, PartEvent, ResponseHead, TextDelta, TextDone};
@@ -65,6 +67,7 @@ impl ResponsesCall {
         let sampling = req.sampling(ctx.max_tokens_limit)?;
         let mut params = sampling.validate(None, ctx.vocab_size)?;
         params.constrain(req.text_constraint()?)?;
+        params.priority = priority(req.priority, ctx.priority_scheduling)?;
         let previous = match &req.previous_response_id {
             Some(id) => Some(store.get(id, owner.as_deref()).ok_or_else(|| {
                 ApiError::NotFound(format!("Previous response with id '{id}' not found."))

@@ -43,7 +43,8 @@ class GenStream:
         sampling = pb.SamplingParams(**req.sampling())
         b = req.beam()
         beam = pb.BeamSearchParams(**b) if b is not None else None
-        self.agen: Any = state.engine.generate(req.request_id, req.prompt_ids, sampling, beam)
+        self.agen: Any = state.engine.generate(req.request_id, req.prompt_ids, sampling, beam,
+                                               req.priority)
         self.first: pb.GenerateResponse | None = None
 
     async def next(self, ended: str) -> pb.GenerateResponse:
