@@ -191,6 +191,7 @@ impl From<pb::GenerateResponse> for EngineStep {
             prompt: r.prompt.map(Into::into),
             sequences: r.sequences.into_iter().map(Into::into).collect(),
             error: (!r.error.is_empty()).then_some(r.error),
+            error_param: (!r.error_param.is_empty()).then_some(r.error_param),
             finished: r.finished,
         }
     }

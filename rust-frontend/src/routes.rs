@@ -31,6 +31,11 @@ pub fn table() -> Vec<Route> {
         ),
         route(
             Method::POST,
+            "/v1/chat/completions/batch",
+            post(openai::chat::handle_batch),
+        ),
+        route(
+            Method::POST,
             "/v1/completions",
             post(openai::completions::handle),
         ),

@@ -1,10 +1,16 @@
-"""docs/api_fields.md stays consistent: each request class's counts are its table's rows, and
-every row has exactly one verdict."""
+"""docs/api_fields.md stays consistent and true: each request class's counts are its table's
+rows, every row has exactly one verdict; the tables are walked against the servers (every
+"refused" field of chat, completions and Responses gets a 400 naming it in every frontend),
+and every "honoured" field is sent by at least one test of the served API (whose assertions
+are that field's check)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 DOC = Path(__file__).parents[2] / "docs" / "api_fields.md"
 VERDICTS = ("honoured", "refused", "ignored", "not applicable")
@@ -30,3 +36,61 @@ def test_counts_are_the_tables_rows() -> None:
         assert all(len(f) == 1 for f in found), [r for r, f in zip(rows, found) if len(f) != 1]
         got = [sum(f == [v] for f in found) for v in VERDICTS] + [len(rows)]
         assert got == want, (cls, dict(zip([*VERDICTS, "rows"], got)))
+
+
+# A value asking for something, per refused field (a new refused row needs one here).
+VLLM_REFUSED: dict[str, Any] = {
+    "return_token_ids": True, "kv_transfer_params": {"a": 1}, "vllm_xargs": {"a": 1},
+    "thinking_token_budget": 64, "watermarking": True, "truncation_side": "right",
+    "logprob_token_ids": [5],
+    "repetition_detection": {"max_pattern_size": 4}, "stream_interval": 4,
+}
+REFUSED_SAMPLES: dict[str, dict[str, Any]] = {
+    "ChatCompletionRequest": {
+        "reasoning_effort": "low", "mm_processor_kwargs": {"a": 1}, "return_prompt_text": True,
+        **VLLM_REFUSED,
+    },
+    "CompletionRequest": {"suffix": "x", "prompt_embeds": "AAAA", **VLLM_REFUSED},
+    "ResponsesRequest": {
+        "background": True, "include": ["message.output_text.logprobs"],
+        "prompt": {"id": "p"}, "reasoning": {"effort": "low"}, "tool_choice": "required",
+        "tools": [{"type": "function", "name": "f", "parameters": {}}], "top_logprobs": 2,
+        "structured_outputs": {"regex": "a"}, "vllm_xargs": {"a": 1},
+    },
+}
+BASES = {
+    "ChatCompletionRequest": ("/v1/chat/completions",
+                              {"messages": [{"role": "user", "content": "Hi"}]}),
+    "CompletionRequest": ("/v1/completions", {"prompt": "Hi"}),
+    "ResponsesRequest": ("/v1/responses", {"input": "Hi"}),
+}
+SERVED_TESTS = ("conformance", "reliability", "structured", "e2e", "rust_frontend",
+                "python_frontend")
+
+
+def _rows(cls: str, verdict: str) -> list[str]:
+    (title,) = [t for t in _sections() if t.startswith(f"`{cls}`")]
+    return [r.split("|")[1].strip().strip("`") for r in _sections()[title].splitlines()
+            if r.startswith("| `") and f"**{verdict}**" in r]
+
+
+@pytest.mark.parametrize("cls", list(BASES))
+def test_every_refused_field_is_a_400_naming_it(servers: dict, cls: str) -> None:
+    refused = _rows(cls, "refused")
+    assert sorted(refused) == sorted(REFUSED_SAMPLES[cls]), "a refused row without a sample"
+    path, base = BASES[cls]
+    for field in refused:
+        for mode, s in servers.items():
+            r = s.http.post(path, json={**base, field: REFUSED_SAMPLES[cls][field]})
+            assert r.status_code == 400, (cls, field, mode, r.text)
+            assert r.json()["error"]["param"] == field, (cls, field, mode, r.json())
+
+
+def test_every_honoured_field_is_sent_by_a_test() -> None:
+    tests = Path(__file__).parents[1]
+    text = "".join(p.read_text() for d in SERVED_TESTS for p in (tests / d).rglob("*.py"))
+    for cls in ("ChatCompletionRequest", "CompletionRequest", "ResponsesRequest",
+                "EmbeddingCompletionRequest"):
+        unsent = [f for f in _rows(cls, "honoured")
+                  if f'"{f.split(".")[-1]}"' not in text and f"{f.split('.')[-1]}=" not in text]
+        assert unsent == [], (cls, unsent)

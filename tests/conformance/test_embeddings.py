@@ -75,6 +75,7 @@ BODIES: list[dict[str, Any]] = [
     {"input": "Hello world", "add_special_tokens": False},
     {"input": "Hello world", "normalize": False, "dimensions": 384, "user": "u-1"},
     {"input": "Hello", "model": "all-MiniLM-L6-v2"},
+    {"input": "Hello world", "use_activation": False},  # vLLM's current name for normalize
 ]
 
 
@@ -90,7 +91,7 @@ def test_bodies_are_identical(embed_servers: dict, body: dict) -> None:
     usage = value["usage"]
     assert usage["total_tokens"] == usage["prompt_tokens"] and usage["completion_tokens"] == 0
     norms = [np.linalg.norm(d["embedding"]) for d in value["data"]]
-    if body.get("normalize") is False:
+    if body.get("normalize", body.get("use_activation")) is False:
         assert min(norms) > 1.5  # mean-pooled, not normalized
     else:
         assert np.allclose(norms, 1.0, atol=1e-5)
@@ -181,10 +182,17 @@ ERRORS: list[tuple[str, int, str | Foreign | None]] = [
     ('{"input":"a","model":"nope"}', 404, "The model `nope` does not exist."),
     ('{"input":"a","priority":2}', 400, "priority is not supported: an embedding step takes "
      "every waiting input in arrival order."),
+    ('{"input":"a","embed_dtype":"float16"}', 400, "embed_dtype is not supported: base64 "
+     'embeddings are float32 ("float32" is served).'),
+    ('{"input":"a","endianness":"big"}', 400, "endianness is not supported: base64 embeddings "
+     'are little-endian ("little" and "native" are served).'),
+    ('{"input":"a","truncation_side":"left"}', 400, "truncation_side is not supported: "
+     'truncate_prompt_tokens keeps an input\'s first tokens ("right" is served).'),
 ]
 PARAMS = {"input": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15],
           "truncate_prompt_tokens": [16, 17, 18, 19], "encoding_format": [20],
-          "dimensions": [21], "priority": [len(ERRORS) - 1]}
+          "dimensions": [21], "priority": [len(ERRORS) - 4], "embed_dtype": [len(ERRORS) - 3],
+          "endianness": [len(ERRORS) - 2], "truncation_side": [len(ERRORS) - 1]}
 
 
 @pytest.mark.parametrize("case", ERRORS, ids=range(len(ERRORS)))

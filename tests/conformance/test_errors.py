@@ -147,8 +147,6 @@ CASES: list[tuple[str, str | bytes, int, str | Foreign | None]] = [
     (C, '{"messages":' + HI + ',"priority":3}', 400,
      "Got priority 3 but Priority scheduling is not enabled (start the server with "
      "--scheduling-policy priority)."),
-    (P, '{"prompt":"a","priority":4294967296}', 400,
-     "priority must be in [-2147483648, 2147483647], got 4294967296."),
     (P, '{"prompt":"a","prompt_logprobs":1,"stream":true}', 400,
      "prompt_logprobs are not available when stream=true."),
     (C, '{"messages":' + HI + ',"prompt_logprobs":2,"stream":true}', 400,

@@ -192,3 +192,26 @@ def test_what_cannot_be_enforced_is_a_400_naming_the_field(servers: dict, case: 
         assert r.status_code == 400, (mode, r.text)
         assert r.json()["error"] == {"message": message, "type": "BadRequestError",
                                      "param": param, "code": 400}, mode
+
+
+def test_a_grammar_the_vocabulary_cannot_spell_is_a_400(servers: dict) -> None:
+    """U+815C3's first UTF-8 byte (F2) is no token of SmolLM2's vocabulary: after "u\\x8a" the
+    grammar reaches a dead end (llguidance's mask still lets one byte token through, which
+    the matcher then refuses). The request's fault: a 400 naming structured_outputs, not a
+    500, and the server goes on serving."""
+    for mode, s in servers.items():
+        for stream in (False, True):
+            r = s.http.post("/v1/chat/completions", json={
+                "messages": ASK_PERSON, "max_tokens": 16, "stream": stream,
+                "structured_outputs": {"regex": "u\u008a\U000815c3z"}})
+            if stream:
+                assert r.status_code == 200, (mode, r.text)
+                error = json.loads(r.text.split("data: ")[-2])["error"]
+            else:
+                assert r.status_code == 400, (mode, r.text)
+                error = r.json()["error"]
+            assert error["param"] == "structured_outputs" and error["code"] == 400, (mode, error)
+            assert error["message"].startswith(
+                "structured_outputs: the output left the grammar at token 219: "), error
+        ok = s.http.post("/v1/chat/completions", json={"messages": ASK_PERSON, "max_tokens": 2})
+        assert ok.status_code == 200

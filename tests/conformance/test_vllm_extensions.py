@@ -9,7 +9,13 @@ from typing import Any
 
 import pytest
 
-from tests.conformance.conftest import MAX_MODEL_LEN, assert_same, parse_sse, parsed
+from tests.conformance.conftest import (
+    MAX_MODEL_LEN,
+    assert_equal,
+    assert_same,
+    parse_sse,
+    parsed,
+)
 
 LONG = "one two three four five six seven eight nine ten eleven twelve"
 
@@ -159,3 +165,103 @@ def test_bad_words_match_a_ban_on_their_tokens(servers: dict, tokenizer) -> None
 
 def _text(choice: dict[str, Any]) -> str:
     return choice["message"]["content"] if "message" in choice else choice["text"]
+
+
+BATCH = "/v1/chat/completions/batch"
+CONVERSATIONS = [
+    [{"role": "user", "content": "What is the capital of France?"}],
+    [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"},
+     {"role": "user", "content": "Name a colour."}],
+    [{"role": "user", "content": "Count to three."}],
+]
+
+
+def test_batch_chat_answers_each_conversation_as_the_chat_endpoint(servers: dict) -> None:
+    """Choice i is conversation i's answer from /v1/chat/completions (greedy), the usage their
+    sum; every frontend alike, the X-Request-Id naming the one response."""
+    shared = {"max_tokens": 10, "temperature": 0, "logprobs": True, "top_logprobs": 1}
+    # The conversations run at once: which one's shared prefix reaches the cache first (the
+    # cached-token count) depends on timing, so it is left out of the comparison.
+    answers = {m: parsed(s.http.post(BATCH, json={"messages": CONVERSATIONS, **shared}))
+               for m, s in servers.items()}
+    for a in answers.values():
+        a["usage"].pop("prompt_tokens_details", None)
+    assert_same(answers)
+    batch = answers["rust"]
+    singles = [_all(servers, "/v1/chat/completions", {"messages": c, **shared})
+               for c in CONVERSATIONS]
+    assert batch["object"] == "chat.completion" and len(batch["choices"]) == 3
+    for i, (choice, single) in enumerate(zip(batch["choices"], singles)):
+        # Batched with other rows, the logprobs move in the float noise (as across frontends).
+        assert_equal(choice, {**single["choices"][0], "index": i}, 1e-4, f"choice {i}")
+    for k in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        assert batch["usage"][k] == sum(s["usage"][k] for s in singles)
+    assert batch["prompt_logprobs"] is None
+    for mode, s in servers.items():
+        r = s.http.post(BATCH, json={"messages": CONVERSATIONS[:2], "max_tokens": 2},
+                        headers={"X-Request-Id": f"batch-{mode}"})
+        assert r.status_code == 200 and r.json()["id"] == f"chatcmpl-batch-{mode}", r.text
+
+
+@pytest.mark.parametrize("extra,param,message", [
+    ({"stream": True}, "stream",
+     "Batch chat completions do not support streaming: set stream to false."),
+    ({"n": 2}, "n", "Batch chat completions do not support n > 1: set n to 1."),
+    ({"use_beam_search": True}, "use_beam_search",
+     "Batch chat completions do not support beam search: set use_beam_search to false."),
+    ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools",
+     "Batch chat completions do not support tools."),
+    ({"prompt_logprobs": 1}, "prompt_logprobs",
+     "Batch chat completions do not return prompt_logprobs."),
+    ({"messages": []}, "messages", "messages must be a non-empty list of conversations."),
+    ({"messages": [CONVERSATIONS[0], []]}, "messages",
+     "each conversation must be a non-empty list of messages (messages[1])."),
+    ({"temperature": 3}, "temperature", None),  # a chat rule, the chat endpoint's message
+])
+def test_batch_chat_refusals_name_the_field(servers: dict, extra: dict, param: str,
+                                            message: str | None) -> None:
+    body = {"messages": CONVERSATIONS, "max_tokens": 2, **extra}
+    errors = {}
+    for mode, s in servers.items():
+        r = s.http.post(BATCH, json=body)
+        assert r.status_code == 400, (mode, r.text)
+        errors[mode] = r.json()["error"]
+        assert errors[mode]["param"] == param, (mode, errors[mode])
+        if message is not None:
+            assert errors[mode]["message"] == message, (mode, errors[mode])
+    assert_same(errors)
+
+
+def test_documents_reach_the_chat_template(servers: dict, tokenizer) -> None:
+    """vLLM's `documents` (RAG) are the template's `documents`: with a template that renders
+    them, the prompt is exactly the documents then the message."""
+    template = ("{% for d in documents %}[{{ d.title }}: {{ d.text }}]{% endfor %}"
+                "{% for m in messages %}{{ m.content }}{% endfor %}")
+    docs = [{"title": "Atlas", "text": "Paris is in France."}]
+    body = {"messages": [{"role": "user", "content": "Where?"}], "chat_template": template,
+            "documents": docs}
+    want = tokenizer.encode("[Atlas: Paris is in France.]Where?", add_special_tokens=False).ids
+    assert _all(servers, "/tokenize", body)["tokens"] == want
+    usage = _all(servers, "/v1/chat/completions", {**body, "max_tokens": 1})["usage"]
+    assert usage["prompt_tokens"] == len(want)
+
+
+def test_responses_honour_the_decoding_fields_of_chat(servers: dict) -> None:
+    """logit_bias, include_stop_str_in_output and skip_special_tokens on /v1/responses, as on
+    chat: a +100 bias forces its token, the stop string is kept, a special token shown."""
+    base = {"input": "What is the capital of France?", "temperature": 0, "store": False}
+
+    def text(s: Any, **extra: Any) -> str:
+        r = s.http.post("/v1/responses", json={**base, **extra})
+        assert r.status_code == 200, r.text
+        return r.json()["output"][0]["content"][0]["text"]
+
+    for mode, s in servers.items():
+        assert text(s, max_output_tokens=3, logit_bias={"42": 100}) == ":::", mode
+        assert text(s, max_output_tokens=12, stop=["Paris"]) == "The capital of France is ", mode
+        assert text(s, max_output_tokens=12, stop=["Paris"], include_stop_str_in_output=True) \
+            == "The capital of France is Paris", mode
+        # Token 1 is <|im_start|>, a special token (not an EOS): dropped unless asked for.
+        assert text(s, max_output_tokens=2, logit_bias={"1": 100}) == "", mode
+        assert text(s, max_output_tokens=2, logit_bias={"1": 100}, skip_special_tokens=False) \
+            == " <|im_start|> <|im_start|>", mode  # spaces_between_special_tokens: true

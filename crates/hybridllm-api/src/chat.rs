@@ -1,6 +1,6 @@
 //! POST /v1/chat/completions: the request, what it asks the engine for, and the response
 //! (streamed chunks or one body) built from the engine's events.
-use crate::aggregate::Collected;
+use crate::aggregate::{ChoiceOutput, Collected};
 use crate::beam_search::beam_params;
 use crate::context::ApiContext;
 use crate::errors::ApiError;
@@ -436,49 +436,63 @@ impl ChatResponse {
             .choices
             .into_iter()
             .enumerate()
-            .map(|(i, choice)| {
-                let (content, tool_calls) = match &self.tools {
-                    None => (Some(format!("{}{}", self.echo, choice.text)), vec![]),
-                    Some(t) => {
-                        let mut parsed = parse_whole(t.format, &choice.text);
-                        if !t.parallel {
-                            parsed.calls.truncate(1);
-                        }
-                        let content = format!("{}{}", self.echo, parsed.content);
-                        let calls: Vec<Value> = parsed
-                            .calls
-                            .into_iter()
-                            .map(|(name, arguments)| {
-                                json!({"id": call_id(t.format), "type": "function",
-                                       "function": {"name": name, "arguments": arguments}})
-                            })
-                            .collect();
-                        let content = (calls.is_empty() || !content.is_empty()).then_some(content);
-                        (content, calls)
-                    }
-                };
-                let called = !tool_calls.is_empty();
-                ChatChoice {
-                    index: i,
-                    message: AssistantMessage {
-                        role: "assistant",
-                        content,
-                        tool_calls,
-                    },
-                    logprobs: self.logprobs_json(tok, &choice.logprobs),
-                    finish_reason: finish_reason(choice.finish.reason, called),
-                    stop_reason: choice.finish.stop_reason,
-                }
-            })
+            .map(|(i, choice)| self.choice(tok, i, choice))
             .collect();
+        let prompt_logprobs = c.prompt_logprobs.into_iter().next().unwrap_or_default();
+        self.completion(choices, c.usage.body(), prompt_logprobs)
+    }
+
+    /// Choice `i` of the body, from its collected output.
+    pub fn choice(&self, tok: &Tokenizer, i: usize, choice: ChoiceOutput) -> ChatChoice {
+        let (content, tool_calls) = match &self.tools {
+            None => (Some(format!("{}{}", self.echo, choice.text)), vec![]),
+            Some(t) => {
+                let mut parsed = parse_whole(t.format, &choice.text);
+                if !t.parallel {
+                    parsed.calls.truncate(1);
+                }
+                let content = format!("{}{}", self.echo, parsed.content);
+                let calls: Vec<Value> = parsed
+                    .calls
+                    .into_iter()
+                    .map(|(name, arguments)| {
+                        json!({"id": call_id(t.format), "type": "function",
+                               "function": {"name": name, "arguments": arguments}})
+                    })
+                    .collect();
+                let content = (calls.is_empty() || !content.is_empty()).then_some(content);
+                (content, calls)
+            }
+        };
+        let called = !tool_calls.is_empty();
+        ChatChoice {
+            index: i,
+            message: AssistantMessage {
+                role: "assistant",
+                content,
+                tool_calls,
+            },
+            logprobs: self.logprobs_json(tok, &choice.logprobs),
+            finish_reason: finish_reason(choice.finish.reason, called),
+            stop_reason: choice.finish.stop_reason,
+        }
+    }
+
+    /// The body around its choices, under this response's id, time and model.
+    pub fn completion(
+        &self,
+        choices: Vec<ChatChoice>,
+        usage: CompletionUsage,
+        prompt_logprobs: Value,
+    ) -> Value {
         let body = ChatCompletion {
             id: &self.head.id,
             object: "chat.completion",
             created: self.head.created,
             model: &self.head.model,
             choices,
-            usage: c.usage.body(),
-            prompt_logprobs: c.prompt_logprobs.into_iter().next().unwrap_or_default(),
+            usage,
+            prompt_logprobs,
         };
         serde_json::to_value(body).expect("a chat completion serializes")
     }

@@ -30,6 +30,8 @@ pub struct EmbeddingRequest {
     /// -1 (the model's limit) or at least 1.
     pub truncate_prompt_tokens: Option<i64>,
     pub add_special_tokens: Option<bool>,
+    /// `use_activation` is vLLM's current name for it.
+    #[serde(alias = "use_activation")]
     pub normalize: Option<bool>,
 }
 
@@ -38,11 +40,28 @@ impl RequestBody for EmbeddingRequest {
 }
 
 /// vLLM's extensions that an embedding request here refuses rather than ignores.
-const EMBEDDING_UNHONOURED: &[Unhonoured] = &[Unhonoured {
-    field: "priority",
-    neutral: crate::request::zero,
-    why: "an embedding step takes every waiting input in arrival order",
-}];
+const EMBEDDING_UNHONOURED: &[Unhonoured] = &[
+    Unhonoured {
+        field: "priority",
+        neutral: crate::request::zero,
+        why: "an embedding step takes every waiting input in arrival order",
+    },
+    Unhonoured {
+        field: "embed_dtype",
+        neutral: |v| v.as_str() == Some("float32"),
+        why: "base64 embeddings are float32 (\"float32\" is served)",
+    },
+    Unhonoured {
+        field: "endianness",
+        neutral: |v| matches!(v.as_str(), Some("native" | "little")),
+        why: "base64 embeddings are little-endian (\"little\" and \"native\" are served)",
+    },
+    Unhonoured {
+        field: "truncation_side",
+        neutral: |v| v.as_str() == Some("right"),
+        why: "truncate_prompt_tokens keeps an input's first tokens (\"right\" is served)",
+    },
+];
 
 pub enum Input {
     Text(String),

@@ -50,6 +50,9 @@ pub struct EngineStep {
     pub sequences: Vec<SequenceDelta>,
     /// What went wrong, where a sequence finished with `EngineFinish::Error`.
     pub error: Option<String>,
+    /// The request field the error comes from (a grammar's dead end: the request's fault,
+    /// a 400 naming it); None: the engine's own failure (a 500).
+    pub error_param: Option<String>,
     /// The request's last step: every sequence has finished.
     pub finished: bool,
 }
@@ -64,7 +67,7 @@ pub struct GenerateRequest {
     /// Set: a beam search (the sampling parameters are then unused).
     pub beam: Option<BeamSearchParams>,
     /// vLLM's scheduling priority (lower first).
-    pub priority: i32,
+    pub priority: i64,
 }
 
 impl GenerateRequest {

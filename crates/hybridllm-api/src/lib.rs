@@ -7,6 +7,7 @@ pub mod aggregate;
 pub mod auth;
 pub mod beam_search;
 pub mod chat;
+pub mod chat_batch;
 pub mod completions;
 pub mod context;
 pub mod cors;

@@ -78,6 +78,12 @@ const OPS: &[Op] = &[
          body: Some("ChatCompletionRequest"), answer: Answer::JsonOrEvents(Some("ChatCompletion")),
          answer_says: "A chat.completion object, or chat.completion.chunk events",
          errors: GENERATE },
+    Op { method: HttpMethod::Post, path: "/v1/chat/completions/batch",
+         id: "createBatchChatCompletion",
+         summary: "vLLM's batch chat: one choice per conversation (not streamed)",
+         body: Some("BatchChatCompletionRequest"), answer: Answer::Json(Some("ChatCompletion")),
+         answer_says: "A chat.completion object whose choice i answers conversation i",
+         errors: GENERATE },
     Op { method: HttpMethod::Post, path: "/v1/completions", id: "createCompletion",
          summary: "Text completion (streamed with stream: true)",
          body: Some("CompletionRequest"), answer: Answer::JsonOrEvents(Some("TextCompletion")),
@@ -321,7 +327,23 @@ fn build() -> Value {
             set_bound(prop, *bound);
         }
     }
+    let batch = batch_chat_schema(&doc["components"]["schemas"]["ChatCompletionRequest"]);
+    doc["components"]["schemas"]["BatchChatCompletionRequest"] = batch;
     doc
+}
+
+/// vLLM's batch chat body (`chat_batch.rs`): the chat request's schema, bounds included,
+/// with `messages` a non-empty list of conversations (each a chat request's `messages`).
+fn batch_chat_schema(chat: &Value) -> Value {
+    let mut schema = chat.clone();
+    let messages = property(&mut schema, "messages").expect("a chat request has messages");
+    let mut conversation = messages.clone();
+    conversation.insert("minItems".into(), 1.into());
+    let list = serde_json::json!({"type": "array", "minItems": 1, "items": conversation,
+                                  "description": "The conversations, each answered by the \
+                                                  choice of the same index."});
+    *messages = list.as_object().expect("an object").clone();
+    schema
 }
 
 /// A property of an object schema, or of one of its `allOf` parts (a flattened struct).

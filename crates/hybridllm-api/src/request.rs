@@ -84,6 +84,12 @@ pub fn text_format(v: &Value) -> bool {
 pub fn no_tool(v: &Value) -> bool {
     v.as_str() == Some("none")
 }
+pub fn one(v: &Value) -> bool {
+    v.as_f64() == Some(1.0)
+}
+pub fn left(v: &Value) -> bool {
+    v.as_str() == Some("left")
+}
 pub fn text_modality(v: &Value) -> bool {
     v.as_array()
         .is_some_and(|a| a.iter().all(|m| m.as_str() == Some("text")))
@@ -111,6 +117,14 @@ const VLLM_EXTENSIONS: &[Unhonoured] = unhonoured! {
     "logits_processors" => empty_or_false, VLLM;
     "kv_transfer_params" => never, VLLM;
     "vllm_xargs" => never, VLLM;
+    "thinking_token_budget" => never, "thinking budgets need a reasoning parser, which this \
+        server does not have yet";
+    "watermarking" => empty_or_false, VLLM;
+    "logprob_token_ids" => never, VLLM;
+    "repetition_detection" => never, VLLM;
+    "stream_interval" => one, "every token is streamed as it comes (only 1 is served)";
+    "truncation_side" => left, "truncate_prompt_tokens always keeps a prompt's last tokens \
+        (\"left\" is served)";
 };
 
 const CHAT_ONLY: &[Unhonoured] = unhonoured! {
@@ -122,6 +136,7 @@ const CHAT_ONLY: &[Unhonoured] = unhonoured! {
     "prediction" => never, "predicted outputs are not implemented by this server";
     "web_search_options" => never, "web search is not supported";
     "mm_processor_kwargs" => never, "multimodal inputs are not supported";
+    "return_prompt_text" => empty_or_false, VLLM;
 };
 
 const COMPLETION_ONLY: &[Unhonoured] = unhonoured! {
@@ -244,13 +259,25 @@ fn report_unknown<T: RequestBody>(fields: &Map<String, Value>) {
 
 /// The body (already within the size limit) as the typed request.
 pub fn parse_body<T: RequestBody>(bytes: &[u8]) -> Result<T, ApiError> {
-    let value: Value = serde_json::from_slice(bytes)
-        .map_err(|e| ApiError::bad(format!("Invalid JSON body: {e}")))?;
-    let Some(fields) = value.as_object() else {
-        return Err(ApiError::bad(
+    parse_fields(json_object(bytes)?)
+}
+
+/// The body as a JSON object, before it is read as a request.
+pub fn json_object(bytes: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    match serde_json::from_slice(bytes) {
+        Ok(Value::Object(fields)) => Ok(fields),
+        Ok(_) => Err(ApiError::bad(
             "Invalid request: the body must be a JSON object.",
-        ));
-    };
+        )),
+        Err(e) => Err(ApiError::bad(format!("Invalid JSON body: {e}"))),
+    }
+}
+
+/// A body's fields as the typed request: mistyped fields and refused values are 400s that
+/// name the field; unknown ones are logged.
+pub fn parse_fields<T: RequestBody>(fields: Map<String, Value>) -> Result<T, ApiError> {
+    let value = Value::Object(fields);
+    let fields = value.as_object().expect("an object");
     let (path, inner) = match serde_path_to_error::deserialize(&value) {
         Ok(v) => {
             check_unhonoured(T::UNHONOURED, fields)?;

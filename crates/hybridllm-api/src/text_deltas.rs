@@ -163,7 +163,10 @@ impl EngineEvents {
             }
             if d.finish == EngineFinish::Error {
                 let error = step.error.unwrap_or_else(|| "engine error".into());
-                return Err(ApiError::Internal(error));
+                return Err(match step.error_param {
+                    Some(param) => ApiError::bad_param(&param, error),
+                    None => ApiError::Internal(error),
+                });
             }
             let Some(out) = self.deltas.push(d)? else {
                 continue;

@@ -142,6 +142,9 @@ pub struct SamplingRequest {
     /// vLLM's: the response id is `chatcmpl-<request_id>` (`cmpl-` for completions); an
     /// `X-Request-Id` header wins over it.
     pub request_id: Option<String>,
+    /// OpenAI's end-user tag: accepted, with no effect (as in OpenAI's API and vLLM).
+    #[allow(dead_code)]
+    pub user: Option<String>,
     /// vLLM's scheduling priority: lower runs first (`--scheduling-policy priority`; else 0).
     pub priority: Option<i64>,
 }
@@ -167,7 +170,7 @@ pub struct GenParams {
     /// grammar is `sampling.grammar`.
     pub constraint: Option<Constraint>,
     /// vLLM's `priority` (0 unless the engine schedules by priority).
-    pub priority: i32,
+    pub priority: i64,
 }
 
 /// A call whose engine parameters may hold an output constraint still to compile: each shell
@@ -254,16 +257,10 @@ pub struct GenRequest {
     pub max_tokens: u32,
 }
 
-/// vLLM's `priority`: any i32 when the engine schedules by priority, else only 0 (vLLM's
-/// message).
-pub fn priority(value: Option<i64>, enabled: bool) -> Result<i32, ApiError> {
+/// vLLM's `priority`: any 64-bit integer when the engine schedules by priority, else only 0
+/// (vLLM's message).
+pub fn priority(value: Option<i64>, enabled: bool) -> Result<i64, ApiError> {
     let p = value.unwrap_or(0);
-    let p = i32::try_from(p).map_err(|_| {
-        ApiError::bad_param(
-            "priority",
-            format!("priority must be in [{}, {}], got {p}.", i32::MIN, i32::MAX),
-        )
-    })?;
     if p != 0 && !enabled {
         return Err(ApiError::bad_param(
             "priority",
@@ -692,10 +689,6 @@ mod tests {
             "Got priority 3 but Priority scheduling is not enabled (start the server with \
              --scheduling-policy priority)."
         );
-        let e = priority(Some(1 << 31), true).unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "priority must be in [-2147483648, 2147483647], got 2147483648."
-        );
+        assert_eq!(priority(Some(i64::MIN), true).unwrap(), i64::MIN);
     }
 }

@@ -4,6 +4,7 @@
 use hybridllm_api::aggregate::Collector;
 use hybridllm_api::auth::Auth as CoreAuth;
 use hybridllm_api::chat::{ChatCall as CoreChatCall, ChatRequest, ChatResponse};
+use hybridllm_api::chat_batch::{ChatBatchCall as CoreChatBatchCall, ChatBatchResponse};
 use hybridllm_api::completions::{
     CompletionCall as CoreCompletionCall, CompletionRequest, CompletionResponse, Prompt,
 };
@@ -460,7 +461,7 @@ struct EngineRequest {
     spaces_between_special_tokens: bool,
     /// vLLM's scheduling priority (GenerateRequest.priority).
     #[pyo3(get)]
-    priority: i32,
+    priority: i64,
     gen: GenRequest,
 }
 
@@ -573,6 +574,8 @@ fn positions(lps: &Bound<'_, PyAny>) -> PyResult<Vec<PositionLogprobs>> {
 enum Kind {
     Chat(ChatResponse),
     Completion(CompletionResponse),
+    /// Never streamed.
+    ChatBatch(ChatBatchResponse),
 }
 
 /// The response of one request, fed with its engine events as the shell receives them:
@@ -594,6 +597,7 @@ impl Response {
         let (stream, n) = match &kind {
             Kind::Chat(r) => (r.stream, r.n as usize),
             Kind::Completion(r) => (r.stream, r.n),
+            Kind::ChatBatch(_) => (false, 1),
         };
         Response {
             kind,
@@ -612,6 +616,7 @@ impl Response {
         let frames = match &mut self.kind {
             Kind::Chat(r) => r.event(&self.tokenizer, p, &ev).into_iter().collect(),
             Kind::Completion(r) => r.event(&self.tokenizer, p, &ev),
+            Kind::ChatBatch(_) => vec![],
         };
         frames.iter().map(|f| PyBytes::new(py, f)).collect()
     }
@@ -627,6 +632,7 @@ impl Response {
         let frames = match &self.kind {
             Kind::Chat(r) => r.opening(),
             Kind::Completion(r) => r.opening(),
+            Kind::ChatBatch(_) => vec![],
         };
         frames.iter().map(|f| PyBytes::new(py, f)).collect()
     }
@@ -651,6 +657,7 @@ impl Response {
         let f = match &self.kind {
             Kind::Chat(r) => r.closing(),
             Kind::Completion(r) => r.closing(),
+            Kind::ChatBatch(_) => None,
         };
         f.map(|f| PyBytes::new(py, &f))
     }
@@ -665,6 +672,7 @@ impl Response {
         let v = match &self.kind {
             Kind::Chat(r) => r.body(&self.tokenizer, c),
             Kind::Completion(r) => r.body(&self.tokenizer, c),
+            Kind::ChatBatch(r) => r.body(&self.tokenizer, c),
         };
         Ok(PyBytes::new(
             py,
@@ -724,6 +732,58 @@ impl ChatCall {
             EngineRequest::new(gen),
             Response::new(&self.ctx, Kind::Chat(resp), lens),
         ))
+    }
+}
+
+/// POST /v1/chat/completions/batch's body, valid and each conversation's prompt rendered
+/// (raises ApiError).
+#[pyclass(module = "hybridllm._api")]
+struct ChatBatchCall {
+    ctx: Arc<ApiContext>,
+    call: Option<CoreChatBatchCall>,
+    #[pyo3(get)]
+    prompts: Vec<String>,
+    #[pyo3(get)]
+    add_special_tokens: bool,
+}
+
+#[pymethods]
+impl ChatBatchCall {
+    #[new]
+    #[pyo3(signature = (ctx, body, request_id_header=None))]
+    fn new(
+        py: Python<'_>,
+        ctx: &Context,
+        body: &[u8],
+        request_id_header: Option<String>,
+    ) -> PyResult<Self> {
+        let inner = ctx.inner.clone();
+        let mut call = py
+            .detach(|| CoreChatBatchCall::new(&inner, body, request_id_header))
+            .map_err(api_error)?;
+        Ok(ChatBatchCall {
+            prompts: std::mem::take(&mut call.prompts),
+            add_special_tokens: call.add_special_tokens,
+            ctx: inner,
+            call: Some(call),
+        })
+    }
+
+    /// One engine request per conversation from its prompt's ids, and the response.
+    fn plan(
+        &mut self,
+        py: Python<'_>,
+        ids: Vec<Vec<u32>>,
+    ) -> PyResult<(Vec<EngineRequest>, Response)> {
+        let call = self
+            .call
+            .take()
+            .ok_or_else(|| PyValueError::new_err("plan() once"))?;
+        let ctx = self.ctx.clone();
+        let (gens, resp) = py.detach(|| call.plan(&ctx, ids)).map_err(api_error)?;
+        let lens = gens.iter().map(|g| g.prompt_ids.len()).collect();
+        let resp = Response::new(&self.ctx, Kind::ChatBatch(resp), lens);
+        Ok((gens.into_iter().map(EngineRequest::new).collect(), resp))
     }
 }
 
@@ -1177,10 +1237,12 @@ fn engine_step(msg: &Bound<'_, PyAny>) -> PyResult<EngineStep> {
         });
     }
     let error: String = msg.getattr("error")?.extract()?;
+    let error_param: String = msg.getattr("error_param")?.extract()?;
     Ok(EngineStep {
         prompt,
         sequences,
         error: (!error.is_empty()).then_some(error),
+        error_param: (!error_param.is_empty()).then_some(error_param),
         finished: msg.getattr("finished")?.extract()?,
     })
 }
@@ -1432,6 +1494,7 @@ fn _api(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(engine_error, m)?)?;
     m.add_function(wrap_pyfunction!(error, m)?)?;
     m.add_class::<ChatCall>()?;
+    m.add_class::<ChatBatchCall>()?;
     m.add_class::<CompletionCall>()?;
     m.add("ApiError", m.py().get_type::<ApiError>())?;
     m.add_class::<Tokenizer>()?;

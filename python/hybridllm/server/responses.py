@@ -53,6 +53,7 @@ class ResponseBuilder:
                 delta.stop_token_id = o.token_ids[-1]  # the EOS token
             elif o.finish_reason == "error":  # this sequence alone (its grammar's dead end)
                 resp.error = str(o.stop_reason)
+                resp.error_param = "structured_outputs"  # the request's: a 400 naming it
             sent[o.index] = len(o.token_ids)
 
     def _prompt_info(self, out: RequestOutput) -> pb.PromptInfo:

@@ -4,7 +4,7 @@
 use super::aggregate::collect;
 use super::generate::generate_many;
 use super::prompt::{compile_constraint, tokenize};
-use super::request::{request_id_header, JsonBody};
+use super::request::{request_id_header, JsonBody, JsonBytes};
 use super::sse::sse_response;
 use super::text_deltas::GenEvent;
 use crate::errors::{ApiError, HttpError};
@@ -13,6 +13,7 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 use hybridllm_api::chat::{ChatCall, ChatRequest, ChatResponse};
+use hybridllm_api::chat_batch::ChatBatchCall;
 use std::sync::Arc;
 
 pub async fn handle(
@@ -32,6 +33,25 @@ pub async fn handle(
         return Ok(stream_response(state, events, resp));
     }
     let c = collect(events, resp.n as usize, prompt_lens, &state.api.tokenizer).await?;
+    Ok(axum::Json(resp.body(&state.api.tokenizer, c)).into_response())
+}
+
+/// POST /v1/chat/completions/batch (vLLM's): every conversation's engine request at once,
+/// collected into one body (the core's `ChatBatchCall`).
+pub async fn handle_batch(
+    State(state): State<Arc<AppState>>,
+    headers: axum::http::HeaderMap,
+    JsonBytes(body): JsonBytes,
+) -> Result<Response, HttpError> {
+    let mut batch = ChatBatchCall::new(&state.api, &body, request_id_header(&headers))?;
+    let mut ids = Vec::with_capacity(batch.prompts.len());
+    for prompt in std::mem::take(&mut batch.prompts) {
+        ids.push(tokenize(&state, prompt, batch.add_special_tokens).await?);
+    }
+    let (gens, resp) = batch.plan(&state.api, ids)?;
+    let prompt_lens = gens.iter().map(|g| g.prompt_ids.len()).collect();
+    let events = generate_many(state.clone(), gens).await?;
+    let c = collect(events, 1, prompt_lens, &state.api.tokenizer).await?;
     Ok(axum::Json(resp.body(&state.api.tokenizer, c)).into_response())
 }
 

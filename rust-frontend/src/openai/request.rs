@@ -27,7 +27,23 @@ impl<T: RequestBody> FromRequest<Arc<AppState>> for JsonBody<T> {
     }
 }
 
+/// The JSON body's bytes, within the same limits, for a handler that reads them itself
+/// (the batch endpoint, whose conversations are read one by one).
+pub struct JsonBytes(pub axum::body::Bytes);
+
+impl FromRequest<Arc<AppState>> for JsonBytes {
+    type Rejection = HttpError;
+
+    async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, HttpError> {
+        Ok(JsonBytes(read_bytes(req, state).await?))
+    }
+}
+
 async fn read_body<T: RequestBody>(req: Request, state: &Arc<AppState>) -> Result<T, ApiError> {
+    hybridllm_api::request::parse_body(&read_bytes(req, state).await?)
+}
+
+async fn read_bytes(req: Request, state: &Arc<AppState>) -> Result<axum::body::Bytes, ApiError> {
     crate::limits::check_json_content_type(req.headers())?;
     let limit = state.config.max_request_body_bytes;
     let declared = req
@@ -36,8 +52,7 @@ async fn read_body<T: RequestBody>(req: Request, state: &Arc<AppState>) -> Resul
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
     hybridllm_api::limits::check_body_size(declared.unwrap_or(0), limit)?;
-    let bytes = axum::body::to_bytes(req.into_body(), limit)
+    axum::body::to_bytes(req.into_body(), limit)
         .await
-        .map_err(|_| ApiError::PayloadTooLarge(limit))?;
-    hybridllm_api::request::parse_body(&bytes)
+        .map_err(|_| ApiError::PayloadTooLarge(limit))
 }

@@ -1,6 +1,7 @@
 //! The `/v1/responses` request: its fields, those served only in their text-only form, and
 //! its input items read into stored items and chat messages.
 use crate::errors::ApiError;
+use crate::request::{never, Unhonoured};
 use crate::structured::{Constraint, TextFormat};
 use crate::validation::{
     range_i, Bound, SamplingRequest, Stop, MAX_TOKENS, MIN_P, REPETITION_PENALTY, TEMPERATURE,
@@ -42,6 +43,10 @@ pub struct ResponsesRequest {
     pub priority: Option<i64>,
     /// vLLM's: prefix-cache hits only between requests with the same salt.
     pub cache_salt: Option<String>,
+    /// vLLM's sampling and decoding extensions, as on chat completions.
+    pub logit_bias: Option<std::collections::HashMap<String, f64>>,
+    pub skip_special_tokens: Option<bool>,
+    pub include_stop_str_in_output: Option<bool>,
     // Refused unless in their text-only form (`check_unsupported`), never ignored.
     pub background: Option<bool>,
     pub tools: Option<Vec<Value>>,
@@ -55,7 +60,22 @@ pub struct ResponsesRequest {
     pub conversation: Option<Value>,
 }
 
+/// vLLM's fields of its Responses request that this endpoint refuses rather than ignores.
+const RESPONSES_UNHONOURED: &[Unhonoured] = &[
+    Unhonoured {
+        field: "vllm_xargs",
+        neutral: never,
+        why: "this vLLM extension is not implemented by this server yet",
+    },
+    Unhonoured {
+        field: "structured_outputs",
+        neutral: never,
+        why: "on /v1/responses the output constraint is text.format",
+    },
+];
+
 impl crate::request::RequestBody for ResponsesRequest {
+    const UNHONOURED: &'static [&'static [Unhonoured]] = &[RESPONSES_UNHONOURED];
     const BOUNDS: &'static [(&'static str, Bound)] = &[
         ("max_output_tokens", MAX_TOKENS),
         ("temperature", TEMPERATURE),
@@ -228,6 +248,9 @@ impl ResponsesRequest {
             max_tokens: self.max_output_tokens,
             cache_salt: self.cache_salt.clone(),
             priority: self.priority,
+            logit_bias: self.logit_bias.clone(),
+            skip_special_tokens: self.skip_special_tokens,
+            include_stop_str_in_output: self.include_stop_str_in_output,
             ..Default::default()
         })
     }

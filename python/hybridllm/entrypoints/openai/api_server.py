@@ -25,7 +25,6 @@ from hybridllm.entrypoints.openai import (
     serving_embedding,
     serving_misc,
     serving_responses,
-    serving_tokenizer_info,
 )
 from hybridllm.entrypoints.openai.disconnect import ClientDisconnected
 from hybridllm.entrypoints.openai.errors import response
@@ -82,7 +81,7 @@ def build_app(engine: EngineClient, opts: ServeOptions | None = None,
 
     app = FastAPI(lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     for module in (serving_chat, serving_completions, serving_embedding, serving_responses,
-                   serving_misc, serving_tokenizer_info):
+                   serving_misc):
         app.include_router(module.router)
     if not opts.disable_playground:
         app.include_router(serving_misc.playground_router)

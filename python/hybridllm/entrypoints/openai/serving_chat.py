@@ -1,5 +1,6 @@
 """POST /v1/chat/completions (chat.rs): the core's chat call, its prompt tokenized off the
-event loop, the response the core builds from the engine's events."""
+event loop, the response the core builds from the engine's events; and vLLM's batch form
+(chat_batch.rs), one engine request per conversation."""
 
 from __future__ import annotations
 
@@ -23,3 +24,12 @@ async def chat_completions(request: Request) -> Response:
     ids = await tokenize(state, call.prompt, call.add_special_tokens)
     gen, resp = call.plan(ids)
     return await respond(request, state, [gen], resp)
+
+
+@router.post("/v1/chat/completions/batch")
+async def chat_completions_batch(request: Request) -> Response:
+    state = get_state(request)
+    body = await read_body(request, state.options.max_request_body_bytes)
+    call = _api.ChatBatchCall(state.api, body, request.headers.get("x-request-id"))
+    ids = [await tokenize(state, p, call.add_special_tokens) for p in call.prompts]
+    return await respond(request, state, *call.plan(ids))

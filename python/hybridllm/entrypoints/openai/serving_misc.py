@@ -1,5 +1,5 @@
-"""GET /v1/models, /health, /version, /metrics, /openapi.json and POST /tokenize, /detokenize
-(models.rs)."""
+"""GET /v1/models, /health, /version, /metrics, /openapi.json, /tokenizer_info and POST
+/tokenize, /detokenize (models.rs, tokenizer_info.rs)."""
 
 from __future__ import annotations
 
@@ -82,6 +82,19 @@ async def tokenize(request: Request) -> Response:
     body = await read_body(request, st.options.max_request_body_bytes)
     text, special = _api.tokenize_call(st.api, body)
     return _json(_api.tokenize_body(st.api, await encode(st, text, special)))
+
+
+@router.get("/tokenizer_info")
+async def tokenizer_info(request: Request) -> Response:
+    """vLLM's: the core's body, from the tokenizer_config.json beside the tokenizer."""
+    st = get_state(request)
+    path = Path(st.options.tokenizer_path or st.model_info.tokenizer_path)
+    path = path.with_name("tokenizer_config.json")
+    try:
+        text: str | None = path.read_text()
+    except OSError:
+        text = None  # a bare tokenizer.json has no configuration
+    return _json(_api.tokenizer_info(st.api, str(path), text))
 
 
 @router.post("/detokenize")

@@ -172,6 +172,22 @@ async fn an_engine_error_ends_the_request_with_its_message() {
 }
 
 #[tokio::test]
+async fn a_grammar_dead_end_is_the_requests_error() {
+    let error = EngineStep {
+        error: Some("structured_outputs: the output left the grammar".into()),
+        error_param: Some("structured_outputs".into()),
+        ..response(vec![last_delta(0, &[], Error, None)], true)
+    };
+    let state = fake_engine::state(FakeEngine::new(vec![]));
+    let params = fake_engine::params(serde_json::json!({}));
+    let mut deltas = EngineEvents::new(state, &fake_engine::prompt_ids(), &params, Instant::now());
+    deltas.process(first_response(3, 0, vec![], false)).unwrap();
+    let e = deltas.process(error).unwrap_err();
+    assert_eq!(e.body()["error"]["code"], 400);
+    assert_eq!(e.body()["error"]["param"], "structured_outputs");
+}
+
+#[tokio::test]
 async fn n_sequences_interleave_and_each_finishes_on_its_own() {
     let out = run(
         serde_json::json!({"n": 2}),
