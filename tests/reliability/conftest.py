@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.launch import Server, start, stop
@@ -24,3 +25,10 @@ def server(request: pytest.FixtureRequest, model_path: Path,
                 "--api-key", API_KEY)
     yield srv
     assert stop(srv) == 0
+
+
+def gauge(srv: Server, name: str) -> float:
+    """A hybridllm:<name> metric of the server (keyed with API_KEY), summed over its labels."""
+    text = httpx.get(srv.url + "/metrics", headers={"Authorization": f"Bearer {API_KEY}"}).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(f"hybridllm:{name}"))

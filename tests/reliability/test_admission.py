@@ -15,7 +15,7 @@ import openai
 import pytest
 
 from tests.launch import Server, start, stop
-from tests.reliability.conftest import API_KEY, KINDS
+from tests.reliability.conftest import API_KEY, KINDS, gauge
 
 RUNNING, WAITING = 2, 3  # --max-num-seqs, --max-waiting-queue-length
 LONG = 300  # tokens of each running request: 300 steps of at least 20 ms
@@ -37,12 +37,6 @@ def busy(request: pytest.FixtureRequest, model_path: Path,
     assert stop(srv) == 0
 
 
-def _gauge(srv: Server, name: str) -> float:
-    text = httpx.get(srv.url + "/metrics", headers=AUTH).text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith(f"hybridllm:{name}"))
-
-
 def _complete(srv: Server, max_tokens: int) -> int:
     r = httpx.post(srv.url + "/v1/completions", headers=AUTH, timeout=120, json={
         "prompt": "Hello", "max_tokens": max_tokens, "ignore_eos": True})
@@ -54,11 +48,11 @@ def test_requests_beyond_the_queue_get_429_at_once(busy: Server) -> None:
     with ThreadPoolExecutor(RUNNING + WAITING) as pool:
         running = [pool.submit(_complete, busy, LONG) for _ in range(RUNNING)]
         deadline = time.monotonic() + 30
-        while _gauge(busy, "num_requests_running") < RUNNING:
+        while gauge(busy, "num_requests_running") < RUNNING:
             assert time.monotonic() < deadline
             time.sleep(0.05)
         waiting = [pool.submit(_complete, busy, 4) for _ in range(WAITING)]
-        while _gauge(busy, "num_requests_waiting") < WAITING:
+        while gauge(busy, "num_requests_waiting") < WAITING:
             assert time.monotonic() < deadline
             time.sleep(0.05)
         # The queue is full: refused at once, streaming or not, through any endpoint.

@@ -4,9 +4,10 @@ its first token before any of them (so its TTFT is lower though it waited less),
 low-priority ones keep their arrival order among themselves. Without the flag a non-zero
 priority is a 400 naming it.
 
-Two seats (--max-num-seqs 2) held by requests of 30 and 80 tokens at 20 ms a step: the first
-seat frees at step ~30, the second at ~80, so each later request gets the seat alone, and
-the order of first tokens is the order of admission."""
+Two seats (--max-num-seqs 2) held by requests of 400 and 500 tokens at 20 ms a step: the
+first seat frees at step ~400 (8 s or more, time enough to queue the other four even on a
+loaded machine), the second at ~500, so each later request (5 tokens) gets the seat alone,
+and the order of first tokens is the order of admission."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import openai
 import pytest
 
 from tests.launch import Server, start, stop
-from tests.reliability.conftest import API_KEY, KINDS
+from tests.reliability.conftest import API_KEY, KINDS, gauge
 
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 
@@ -36,15 +37,9 @@ def prio(request: pytest.FixtureRequest, model_path: Path,
     assert stop(srv) == 0
 
 
-def _gauge(srv: Server, name: str) -> float:
-    text = httpx.get(srv.url + "/metrics", headers=AUTH).text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith(f"hybridllm:{name}"))
-
-
 def _wait_for(srv: Server, name: str, value: int) -> None:
     deadline = time.monotonic() + 30
-    while _gauge(srv, name) < value:
+    while gauge(srv, name) < value:
         assert time.monotonic() < deadline, f"{name} never reached {value}"
         time.sleep(0.02)
 
@@ -69,7 +64,7 @@ def _first_token_at(srv: Server, max_tokens: int, priority: int) -> tuple[float,
 
 def test_a_high_priority_request_overtakes_the_queue(prio: Server) -> None:
     with ThreadPoolExecutor(6) as pool:
-        holders = [pool.submit(_first_token_at, prio, n, 0) for n in (30, 80)]
+        holders = [pool.submit(_first_token_at, prio, n, 0) for n in (400, 500)]
         _wait_for(prio, "num_requests_running", 2)
         lows: list[Future[tuple[float, float]]] = []
         for i in range(3):
