@@ -30,9 +30,9 @@ pub struct EmbeddingRequest {
     /// -1 (the model's limit) or at least 1.
     pub truncate_prompt_tokens: Option<i64>,
     pub add_special_tokens: Option<bool>,
-    /// `use_activation` is vLLM's current name for it.
-    #[serde(alias = "use_activation")]
     pub normalize: Option<bool>,
+    /// vLLM's current name for `normalize` (which wins when both are set).
+    pub use_activation: Option<bool>,
 }
 
 impl RequestBody for EmbeddingRequest {
@@ -244,7 +244,7 @@ impl EmbeddingCall {
             limit,
             special: req.add_special_tokens.unwrap_or(true),
             base64: req.encoding_format.as_deref() == Some("base64"),
-            normalize: req.normalize,
+            normalize: req.normalize.or(req.use_activation),
         })
     }
 
