@@ -5,6 +5,9 @@
 //! prompt prefix (hashes of its first blocks, as SGLang's cache-aware router keeps them), so
 //! that worker's prefix cache hits, unless that worker is much busier than the least loaded.
 //!
+//! A request with a `session_id` goes to the worker its session last used, under either
+//! routing and on the same overload rule, so a conversation's turns find their prefix cached.
+//!
 //! A worker whose health check fails, or whose stream broke, leaves the rotation until it
 //! answers again (`watch`); requests go to the others while any is up.
 use crate::engine::{EmbedResult, Engine, StepStream};
@@ -27,6 +30,8 @@ const BLOCK: usize = 16;
 const MAX_BLOCKS: usize = 64;
 /// Block hashes remembered (least recently used forgotten first).
 const PREFIXES: usize = 1 << 16;
+/// Sessions remembered (least recently used forgotten first).
+const SESSIONS: usize = 1 << 16;
 /// A prefix match wins while its worker's load is at most 2x the least loaded's plus this
 /// many tokens; beyond that, load wins (one hot prefix must not pile onto one worker).
 const PREFIX_SLACK_TOKENS: i64 = 4096;
@@ -53,6 +58,8 @@ pub struct EngineRouter {
     workers: Vec<Worker>,
     routing: Routing,
     prefixes: Mutex<LruCache<u64, usize>>,
+    /// A session's worker, by the hash of its id.
+    sessions: Mutex<LruCache<u64, usize>>,
     /// Rotates the first worker looked at, so equal loads take turns.
     next: AtomicUsize,
 }
@@ -89,6 +96,7 @@ impl EngineRouter {
             workers,
             routing,
             prefixes: Mutex::new(LruCache::new(NonZeroUsize::new(PREFIXES).expect("nonzero"))),
+            sessions: Mutex::new(LruCache::new(NonZeroUsize::new(SESSIONS).expect("nonzero"))),
             next: AtomicUsize::new(0),
         }
     }
@@ -145,28 +153,41 @@ impl EngineRouter {
         });
     }
 
-    /// The worker for a prompt (see the module comment).
-    pub fn pick(&self, prompt: &[u32]) -> usize {
+    /// The worker for a prompt of a session, if any (see the module comment).
+    pub fn pick(&self, prompt: &[u32], session: Option<&str>) -> usize {
         let least = self.least_loaded();
-        if self.routing == Routing::LeastLoad || self.workers.len() == 1 {
+        if self.workers.len() == 1 {
             return least;
         }
-        let hashes = block_hashes(prompt);
-        let mut map = self.prefixes.lock().unwrap_or_else(|e| e.into_inner());
-        let hit = hashes.iter().rev().find_map(|h| map.get(h).copied());
         let limit = 2 * self.workers[least].load.get() + PREFIX_SLACK_TOKENS;
-        let choice = match hit {
-            Some(w)
-                if w < self.workers.len()
-                    && self.workers[w].up.get() == 1
-                    && self.workers[w].load.get() <= limit =>
-            {
-                w
-            }
-            _ => least,
+        let usable = |w: &usize| {
+            *w < self.workers.len()
+                && self.workers[*w].up.get() == 1
+                && self.workers[*w].load.get() <= limit
         };
-        for h in hashes {
-            map.put(h, choice);
+        let session = session.map(|id| {
+            let mut h = DefaultHasher::new();
+            id.hash(&mut h);
+            h.finish()
+        });
+        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        let sticky = session.and_then(|k| sessions.get(&k).copied().filter(usable));
+        let choice = if self.routing == Routing::LeastLoad {
+            sticky.unwrap_or(least)
+        } else {
+            let hashes = block_hashes(prompt);
+            let mut map = self.prefixes.lock().unwrap_or_else(|e| e.into_inner());
+            let choice = sticky.unwrap_or_else(|| {
+                let hit = hashes.iter().rev().find_map(|h| map.get(h).copied());
+                hit.filter(usable).unwrap_or(least)
+            });
+            for h in hashes {
+                map.put(h, choice);
+            }
+            choice
+        };
+        if let Some(k) = session {
+            sessions.put(k, choice);
         }
         choice
     }
@@ -185,7 +206,7 @@ impl EngineRouter {
 
 impl Engine for EngineRouter {
     fn generate(&self, req: GenerateRequest) -> StepStream {
-        let i = self.pick(&req.prompt_ids);
+        let i = self.pick(&req.prompt_ids, req.session_id.as_deref());
         let max_tokens = req.sampling.max_tokens.unwrap_or(0) as usize;
         let n = req.sampling.n.unwrap_or(1).max(1) as usize;
         let guard = self.reserve(i, req.prompt_ids.len() + n * max_tokens);
@@ -202,7 +223,7 @@ impl Engine for EngineRouter {
 
     fn embed(&self, req: EmbedRequest) -> BoxFuture<'static, EmbedResult> {
         let first = req.inputs.first().map_or(&[][..], |x| &x[..]);
-        let i = self.pick(first);
+        let i = self.pick(first, None);
         let cost = req.inputs.iter().map(Vec::len).sum();
         let guard = self.reserve(i, cost);
         let fut = self.workers[i].mux.embed(req);
@@ -237,12 +258,12 @@ mod tests {
     #[tokio::test]
     async fn least_load_spreads_and_reservations_return() {
         let r = router(2, Routing::LeastLoad);
-        let a = r.pick(&[1; 40]);
+        let a = r.pick(&[1; 40], None);
         let ga = r.reserve(a, 100);
-        let b = r.pick(&[1; 40]);
+        let b = r.pick(&[1; 40], None);
         assert_ne!(a, b, "the idle worker takes the next request");
         let gb = r.reserve(b, 50);
-        assert_eq!(r.pick(&[2; 8]), b, "fewest outstanding tokens");
+        assert_eq!(r.pick(&[2; 8], None), b, "fewest outstanding tokens");
         drop(ga);
         drop(gb);
         assert_eq!(r.workers[0].load.get() + r.workers[1].load.get(), 0);
@@ -252,38 +273,67 @@ mod tests {
     async fn prefix_routing_follows_the_longest_prefix_unless_overloaded() {
         let r = router(2, Routing::Prefix);
         let shared: Vec<u32> = (0..64).collect();
-        let first = r.pick(&shared);
+        let first = r.pick(&shared, None);
         let _busy = r.reserve(first, 1000);
         let mut other = shared.clone();
         other.extend([7; 20]);
         assert_eq!(
-            r.pick(&other),
+            r.pick(&other, None),
             first,
             "a longer prompt with the same prefix"
         );
         let _hot = r.reserve(first, 10_000);
-        assert_ne!(r.pick(&shared), first, "overloaded: load wins");
+        assert_ne!(r.pick(&shared, None), first, "overloaded: load wins");
         assert_eq!(block_hashes(&[0; 15]), Vec::<u64>::new());
         assert_eq!(block_hashes(&shared).len(), 4);
+    }
+
+    #[tokio::test]
+    async fn a_session_stays_on_its_worker_unless_overloaded_or_down() {
+        for routing in [Routing::LeastLoad, Routing::Prefix] {
+            let r = router(2, routing);
+            let w = r.pick(&[1; 40], Some("s"));
+            let _busy = r.reserve(w, 100);
+            for k in 0..4 {
+                assert_eq!(
+                    r.pick(&[k; 40], Some("s")),
+                    w,
+                    "{routing:?}: its worker, though busier"
+                );
+            }
+            assert_ne!(
+                r.pick(&[9; 40], Some("t")),
+                w,
+                "{routing:?}: a new session: least load"
+            );
+            let _hot = r.reserve(w, 10_000);
+            let moved = r.pick(&[5; 40], Some("s"));
+            assert_ne!(moved, w, "{routing:?}: overloaded: load wins");
+            assert_eq!(
+                r.pick(&[6; 40], Some("s")),
+                moved,
+                "{routing:?}: and the session follows"
+            );
+        }
     }
 
     #[tokio::test]
     async fn a_worker_down_leaves_the_rotation_until_it_is_up() {
         let r = router(3, Routing::Prefix);
         let shared: Vec<u32> = (0..64).collect();
-        let first = r.pick(&shared);
+        let first = r.pick(&shared, None);
         r.set_up(first, false);
         assert_eq!(r.up(), (false, true));
         for k in 0..6 {
-            assert_ne!(r.pick(&[k; 40]), first, "least load skips it");
+            assert_ne!(r.pick(&[k; 40], None), first, "least load skips it");
         }
-        assert_ne!(r.pick(&shared), first, "its prefixes too");
+        assert_ne!(r.pick(&shared, None), first, "its prefixes too");
         for i in 0..3 {
             r.set_up(i, false);
         }
         assert_eq!(r.up(), (false, false));
-        let _ = r.pick(&[1; 8]); // none up: any worker (its error goes to the client)
+        let _ = r.pick(&[1; 8], None); // none up: any worker (its error goes to the client)
         r.set_up(first, true);
-        assert_eq!(r.pick(&[9; 8]), first, "the only one up");
+        assert_eq!(r.pick(&[9; 8], None), first, "the only one up");
     }
 }

@@ -1,6 +1,6 @@
 """docs/api_fields.md stays consistent and true: each request class's counts are its table's
 rows, every row has exactly one verdict; the tables are walked against the servers (every
-"refused" field of chat, completions and Responses gets a 400 naming it in every frontend),
+"refused" field gets a 400 naming it in every frontend; embeddings' in test_embeddings.py),
 and every "honoured" field is sent by at least one test of the served API (whose assertions
 are that field's check)."""
 
@@ -44,11 +44,13 @@ VLLM_REFUSED: dict[str, Any] = {
     "thinking_token_budget": 64, "watermarking": True, "truncation_side": "right",
     "logprob_token_ids": [5],
     "repetition_detection": {"max_pattern_size": 4}, "stream_interval": 4,
+    "ec_transfer_params": {"a": 1}, "routed_experts_prompt_start": 1,
+    "return_token_offsets": True, "return_mm_kwargs": False,
 }
+MULTIMODAL = {"media_io_kwargs": {"image": {"a": 1}}, "mm_processor_kwargs": {"a": 1}}
 REFUSED_SAMPLES: dict[str, dict[str, Any]] = {
     "ChatCompletionRequest": {
-        "reasoning_effort": "low", "mm_processor_kwargs": {"a": 1}, "return_prompt_text": True,
-        **VLLM_REFUSED,
+        "reasoning_effort": "low", "return_prompt_text": True, **MULTIMODAL, **VLLM_REFUSED,
     },
     "CompletionRequest": {"suffix": "x", "prompt_embeds": "AAAA", **VLLM_REFUSED},
     "ResponsesRequest": {
@@ -56,6 +58,16 @@ REFUSED_SAMPLES: dict[str, dict[str, Any]] = {
         "prompt": {"id": "p"}, "reasoning": {"effort": "low"}, "tool_choice": "required",
         "tools": [{"type": "function", "name": "f", "parameters": {}}], "top_logprobs": 2,
         "structured_outputs": {"regex": "a"}, "vllm_xargs": {"a": 1},
+        "enable_response_messages": True, "previous_response": {"id": "resp_1"},
+        "kv_transfer_params": {"a": 1}, "chat_template_kwargs": {"enable_thinking": True},
+        "previous_input_messages": [{"role": "user", "content": "x"}], **MULTIMODAL,
+    },
+    "EmbeddingCompletionRequest": {
+        "truncation_side": "left", "priority": 2, "embed_dtype": "float16",
+        "endianness": "big", "padding": "max_length",
+        "messages": [{"role": "user", "content": "x"}], "add_generation_prompt": True,
+        "continue_final_message": True, "chat_template": "{{ 'x' }}",
+        "chat_template_kwargs": {"a": 1}, **MULTIMODAL,
     },
 }
 BASES = {
@@ -63,9 +75,10 @@ BASES = {
                               {"messages": [{"role": "user", "content": "Hi"}]}),
     "CompletionRequest": ("/v1/completions", {"prompt": "Hi"}),
     "ResponsesRequest": ("/v1/responses", {"input": "Hi"}),
+    "EmbeddingCompletionRequest": ("/v1/embeddings", {"input": "Hi"}),  # test_embeddings.py
 }
 SERVED_TESTS = ("conformance", "reliability", "structured", "e2e", "rust_frontend",
-                "python_frontend")
+                "python_frontend", "scaleout")
 
 
 def _rows(cls: str, verdict: str) -> list[str]:
@@ -74,8 +87,8 @@ def _rows(cls: str, verdict: str) -> list[str]:
             if r.startswith("| `") and f"**{verdict}**" in r]
 
 
-@pytest.mark.parametrize("cls", list(BASES))
-def test_every_refused_field_is_a_400_naming_it(servers: dict, cls: str) -> None:
+def walk_refused(servers: dict, cls: str) -> None:
+    """Each refused row of `cls`, sent with its sample value: a 400 naming it, everywhere."""
     refused = _rows(cls, "refused")
     assert sorted(refused) == sorted(REFUSED_SAMPLES[cls]), "a refused row without a sample"
     path, base = BASES[cls]
@@ -84,6 +97,11 @@ def test_every_refused_field_is_a_400_naming_it(servers: dict, cls: str) -> None
             r = s.http.post(path, json={**base, field: REFUSED_SAMPLES[cls][field]})
             assert r.status_code == 400, (cls, field, mode, r.text)
             assert r.json()["error"]["param"] == field, (cls, field, mode, r.json())
+
+
+@pytest.mark.parametrize("cls", [c for c in BASES if not c.startswith("Embedding")])
+def test_every_refused_field_is_a_400_naming_it(servers: dict, cls: str) -> None:
+    walk_refused(servers, cls)
 
 
 def test_every_honoured_field_is_sent_by_a_test() -> None:

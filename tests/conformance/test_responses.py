@@ -51,6 +51,9 @@ CASES: list[dict[str, Any]] = [
     {"input": [{"role": "user", "content": LONG}, {"role": "assistant", "content": "Yes."},
                {"role": "user", "content": Q}], "truncation": "auto",
      "max_output_tokens": MAX_MODEL_LEN - 200, "temperature": 0},
+    # Echoed as given (no tools are served, so they ask for nothing more).
+    {"input": Q, "max_output_tokens": 4, "temperature": 0, "service_tier": "flex",
+     "parallel_tool_calls": False, "max_tool_calls": 3, "prompt_cache_key": "tenant-7"},
 ]
 
 
@@ -130,6 +133,12 @@ ERRORS: list[tuple[dict[str, Any], str | None]] = [
     ({"input": [{"role": "user", "content": 5}]}, "input"),
     ({"input": [{"role": "user", "content": LONG * 3}]}, None),  # truncation disabled
     ({"model": "no-such-model"}, None),
+    ({"service_tier": "gold"}, "service_tier"),
+    ({"max_tool_calls": 0}, "max_tool_calls"),
+    ({"request_id": ""}, "request_id"),
+    ({"request_id": "r" * 513}, "request_id"),
+    ({"enable_response_messages": True}, "enable_response_messages"),
+    ({"previous_response": {"id": "resp_1", "output": []}}, "previous_response"),
 ]
 
 
@@ -145,6 +154,48 @@ def test_refusals(servers: dict, case: int) -> None:
         assert err["param"] == param, (mode, err)
         results[mode] = err
     assert_same(results)
+
+
+def test_echoed_fields(servers: dict) -> None:
+    """service_tier, parallel_tool_calls, max_tool_calls and prompt_cache_key come back as
+    sent (vLLM's and OpenAI's response object), streamed and not; their defaults otherwise."""
+    sent = {"service_tier": "priority", "parallel_tool_calls": False, "max_tool_calls": 2,
+            "prompt_cache_key": "k-1"}
+    default = {"service_tier": "auto", "parallel_tool_calls": True, "max_tool_calls": None,
+               "prompt_cache_key": None}
+    for mode, s in servers.items():
+        for extra, want in ((sent, sent), ({}, default)):
+            body = parsed(s.post(R, {"input": "Hi", "max_output_tokens": 2, **extra}))
+            assert {k: body[k] for k in want} == want, (mode, body)
+            events = parse_named_sse(s.post(R, {"input": "Hi", "max_output_tokens": 2,
+                                                "stream": True, **extra}).content)
+            last = events[-1][1]["response"]
+            assert {k: last[k] for k in want} == want, (mode, last)
+
+
+def test_request_id_names_the_response(servers: dict) -> None:
+    """vLLM's request_id is the response's id as given, streamed and stored; an id a stored
+    response has is refused (never replaced), and a request without one gets resp_<hex>."""
+    for mode, s in servers.items():
+        rid = f"conformance-{mode}-1"
+        body = parsed(s.post(R, {"input": "Hi", "max_output_tokens": 2, "request_id": rid}))
+        assert body["id"] == rid, mode
+        assert s.http.get(f"{R}/{rid}").json()["id"] == rid
+        again = s.post(R, {"input": "Hi", "max_output_tokens": 2, "request_id": rid})
+        assert again.status_code == 400 and again.json()["error"] == {
+            "message": "request_id names a stored response: choose another.",
+            "type": "BadRequestError", "param": "request_id", "code": 400}, mode
+        rid2 = f"conformance-{mode}-2"
+        events = parse_named_sse(s.post(R, {"input": "Hi", "max_output_tokens": 2,
+                                            "stream": True, "request_id": rid2}).content)
+        assert {e[1]["response"]["id"] for e in events if "response" in e[1]} == {rid2}
+        # Not stored: the id may be used again.
+        for _ in range(2):
+            r = s.post(R, {"input": "Hi", "max_output_tokens": 1, "store": False,
+                           "request_id": f"conformance-{mode}-3"})
+            assert r.status_code == 200 and r.json()["id"] == f"conformance-{mode}-3"
+        assert s.post(R, {"input": "Hi", "max_output_tokens": 1}).json()["id"].startswith(
+            "resp_")
 
 
 def test_unknown_ids_are_404(servers: dict) -> None:

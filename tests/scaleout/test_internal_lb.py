@@ -1,7 +1,8 @@
 """Data parallelism inside one Rust frontend: `hybridllm serve --rust-frontend -dp 2` starts
 two engine workers and routes each request to one of them. 40 concurrent requests use both
 (per-worker metrics) and answer exactly as one worker does; with --routing prefix, requests
-sharing a long prefix stay on one worker and hit its prefix cache; killing a worker ends its
+sharing a long prefix stay on one worker and hit its prefix cache, as do a session's
+(session_id); killing a worker ends its
 requests with errors, never a hang, and serve exits non-zero; with --data-parallel-keep-alive
 the other worker serves on until it too is gone."""
 
@@ -67,6 +68,18 @@ def test_two_workers_share_the_load_and_answer_alike(one: Server, model_path: Pa
         assert set(routed) == {"0", "1"} and sum(routed.values()) == len(PROMPTS), routed
         assert min(routed.values()) > 0, routed
         print(f"\n40 concurrent requests over 2 workers: {routed}")
+        # vLLM's session_id: a session's requests stay on the worker it first used, where
+        # its prefix is cached; without one, idle workers take turns.
+        for session in ("conversation-1", None):
+            before = _worker_requests(two.url)
+            for i in range(6):
+                r = httpx.post(two.url + "/v1/chat/completions", timeout=120, json={
+                    "messages": [{"role": "user", "content": PROMPTS[i]}], "max_tokens": 2,
+                    "session_id": session})
+                assert r.status_code == 200, r.text
+            after = _worker_requests(two.url)
+            moved = sorted(after[w] - before[w] for w in after)
+            assert moved == ([0.0, 6.0] if session else [3.0, 3.0]), (session, moved)
     finally:
         assert stop(two) == 0
 

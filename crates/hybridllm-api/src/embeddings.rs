@@ -2,8 +2,8 @@
 //! returned as floats or base64 (little-endian float32, as the openai client decodes it).
 use crate::context::ApiContext;
 use crate::errors::ApiError;
-use crate::request::{RequestBody, Unhonoured};
-use crate::usage::{new_id, now};
+use crate::request::{nothing, RequestBody, Unhonoured, MULTIMODAL};
+use crate::usage::{now, CallerId};
 use crate::validation::truncation_limit;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
@@ -33,6 +33,11 @@ pub struct EmbeddingRequest {
     pub normalize: Option<bool>,
     /// vLLM's current name for `normalize` (which wins when both are set).
     pub use_activation: Option<bool>,
+    /// vLLM's: the response id is `embd-<request_id>` (an `X-Request-Id` header wins).
+    pub request_id: Option<String>,
+    /// vLLM's: an embedding step shares no KV cache between requests, so every salt is
+    /// already isolated; checked as on chat (non-empty).
+    pub cache_salt: Option<String>,
 }
 
 impl RequestBody for EmbeddingRequest {
@@ -60,6 +65,48 @@ const EMBEDDING_UNHONOURED: &[Unhonoured] = &[
         field: "truncation_side",
         neutral: |v| v.as_str() == Some("right"),
         why: "truncate_prompt_tokens keeps an input's first tokens (\"right\" is served)",
+    },
+    Unhonoured {
+        field: "padding",
+        neutral: |v| v.as_str() == Some("do_not_pad"),
+        why: "inputs are pooled as they are, under the model's attention mask \
+              (\"do_not_pad\" is served)",
+    },
+    // The chat form (EmbeddingChatRequest): `messages` and its template options.
+    Unhonoured {
+        field: "messages",
+        neutral: crate::request::never,
+        why: "the chat form of embedding input is not served (use input)",
+    },
+    Unhonoured {
+        field: "add_generation_prompt",
+        neutral: nothing,
+        why: "it is an option of the chat form (messages), which is not served",
+    },
+    Unhonoured {
+        field: "continue_final_message",
+        neutral: nothing,
+        why: "it is an option of the chat form (messages), which is not served",
+    },
+    Unhonoured {
+        field: "chat_template",
+        neutral: crate::request::never,
+        why: "it is an option of the chat form (messages), which is not served",
+    },
+    Unhonoured {
+        field: "chat_template_kwargs",
+        neutral: nothing,
+        why: "it is an option of the chat form (messages), which is not served",
+    },
+    Unhonoured {
+        field: "media_io_kwargs",
+        neutral: nothing,
+        why: MULTIMODAL,
+    },
+    Unhonoured {
+        field: "mm_processor_kwargs",
+        neutral: nothing,
+        why: MULTIMODAL,
     },
 ];
 
@@ -229,6 +276,7 @@ pub struct EmbeddingCall {
     special: bool,
     base64: bool,
     pub normalize: Option<bool>,
+    caller: CallerId,
 }
 
 impl EmbeddingCall {
@@ -237,6 +285,12 @@ impl EmbeddingCall {
         ctx.check_task("Embeddings", true)?;
         check_options(ctx, &req)?;
         let limit = truncation_limit(req.truncate_prompt_tokens, ctx.max_model_len as usize)?;
+        if req.cache_salt.as_deref() == Some("") {
+            return Err(ApiError::bad_param(
+                "cache_salt",
+                "cache_salt must be a non-empty string.",
+            ));
+        }
         let (inputs, listed) = parse_inputs(req.input, ctx.vocab_size)?;
         Ok(EmbeddingCall {
             inputs,
@@ -245,7 +299,16 @@ impl EmbeddingCall {
             special: req.add_special_tokens.unwrap_or(true),
             base64: req.encoding_format.as_deref() == Some("base64"),
             normalize: req.normalize.or(req.use_activation),
+            caller: CallerId {
+                body: req.request_id,
+                header: None,
+            },
         })
+    }
+
+    /// The request's `X-Request-Id` header (it wins over the body's `request_id`).
+    pub fn set_request_id_header(&mut self, value: Option<String>) {
+        self.caller.header = value;
     }
 
     /// The bytes of text to tokenize (the shell may do it off its event loop when many).
@@ -262,10 +325,12 @@ impl EmbeddingCall {
     /// Each input's ids as the worker gets them (tokenized, truncated, within the model's
     /// limit), and the response to build from the worker's vectors.
     pub fn plan(self, ctx: &ApiContext) -> Result<(Vec<Vec<u32>>, EmbeddingResponse), ApiError> {
+        let rid = self.caller.ids("embd")?;
         let ids = token_ids(ctx, self.inputs, self.limit, self.special)?;
         check_lengths(&ids, self.listed, ctx.max_model_len as usize)?;
         let resp = EmbeddingResponse {
-            id: new_id("embd"),
+            id: rid.response,
+            engine_id: rid.engine,
             model: ctx.model_name().to_string(),
             prompt_tokens: ids.iter().map(Vec::len).sum(),
             base64: self.base64,
@@ -307,8 +372,10 @@ pub struct Body<'a> {
 }
 
 pub struct EmbeddingResponse {
-    /// The engine request's id too.
     pub id: String,
+    /// The engine request's: the response id, or (a caller's id need not be unique) that
+    /// with a uuid after it.
+    pub engine_id: String,
     model: String,
     prompt_tokens: usize,
     base64: bool,

@@ -68,6 +68,8 @@ pub struct GenerateRequest {
     pub beam: Option<BeamSearchParams>,
     /// vLLM's scheduling priority (lower first).
     pub priority: i64,
+    /// The frontend's routing key (not sent to the engine): a session stays on one worker.
+    pub session_id: Option<String>,
 }
 
 impl GenerateRequest {
@@ -85,6 +87,7 @@ impl GenerateRequest {
                 ..b
             }),
             priority: req.params.priority,
+            session_id: req.params.session_id.clone(),
         }
     }
 }

@@ -75,6 +75,20 @@ pub fn never(_: &Value) -> bool {
 pub fn empty_or_false(v: &Value) -> bool {
     matches!(v, Value::Bool(false)) || v.as_array().is_some_and(Vec::is_empty)
 }
+/// false, 0, "", [] or {}: a value that asks for nothing.
+pub fn nothing(v: &Value) -> bool {
+    match v {
+        Value::Bool(b) => !b,
+        Value::Number(n) => n.as_f64() == Some(0.0),
+        Value::String(s) => s.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+        Value::Null => true,
+    }
+}
+pub fn truthy(v: &Value) -> bool {
+    matches!(v, Value::Bool(true))
+}
 pub fn zero(v: &Value) -> bool {
     v.as_f64() == Some(0.0)
 }
@@ -98,6 +112,11 @@ pub fn text_modality(v: &Value) -> bool {
 const FUNCTIONS: &str =
     "OpenAI's deprecated function calling is not served; use tools and tool_choice";
 const VLLM: &str = "this vLLM extension is not implemented by this server yet";
+pub const MULTIMODAL: &str = "multimodal inputs are not supported";
+pub const KV_TRANSFER: &str =
+    "disaggregated serving (KV and encoder-cache transfer) is not supported";
+const RENDER_ONLY: &str =
+    "vLLM reads it only on its /render endpoints, which this server does not serve";
 
 /// A list of `Unhonoured`, one `"field" => neutral, why;` a line.
 macro_rules! unhonoured {
@@ -125,6 +144,11 @@ const VLLM_EXTENSIONS: &[Unhonoured] = unhonoured! {
     "stream_interval" => one, "every token is streamed as it comes (only 1 is served)";
     "truncation_side" => left, "truncate_prompt_tokens always keeps a prompt's last tokens \
         (\"left\" is served)";
+    // Not applicable here (docs/api_fields.md): refused when they ask for anything.
+    "ec_transfer_params" => nothing, KV_TRANSFER;
+    "routed_experts_prompt_start" => nothing, "no mixture-of-experts routing data is exported";
+    "return_token_offsets" => nothing, RENDER_ONLY;
+    "return_mm_kwargs" => truthy, RENDER_ONLY;
 };
 
 const CHAT_ONLY: &[Unhonoured] = unhonoured! {
@@ -135,7 +159,8 @@ const CHAT_ONLY: &[Unhonoured] = unhonoured! {
     "modalities" => text_modality, "only text output is supported";
     "prediction" => never, "predicted outputs are not implemented by this server";
     "web_search_options" => never, "web search is not supported";
-    "mm_processor_kwargs" => never, "multimodal inputs are not supported";
+    "mm_processor_kwargs" => nothing, MULTIMODAL;
+    "media_io_kwargs" => nothing, MULTIMODAL;
     "return_prompt_text" => empty_or_false, VLLM;
 };
 
@@ -276,11 +301,13 @@ pub fn json_object(bytes: &[u8]) -> Result<Map<String, Value>, ApiError> {
 /// A body's fields as the typed request: mistyped fields and refused values are 400s that
 /// name the field; unknown ones are logged.
 pub fn parse_fields<T: RequestBody>(fields: Map<String, Value>) -> Result<T, ApiError> {
+    // First: a refused field is named even where the body lacks a required one (the chat
+    // form of embeddings has `messages` and no `input`).
+    check_unhonoured(T::UNHONOURED, &fields)?;
     let value = Value::Object(fields);
     let fields = value.as_object().expect("an object");
     let (path, inner) = match serde_path_to_error::deserialize(&value) {
         Ok(v) => {
-            check_unhonoured(T::UNHONOURED, fields)?;
             report_unknown::<T>(fields);
             return Ok(v);
         }

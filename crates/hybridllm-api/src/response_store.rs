@@ -45,6 +45,11 @@ impl ResponseStore {
         (r.owner.as_deref() == owner).then(|| r.clone())
     }
 
+    /// Whether a response is stored under `id`, whoever owns it (not a use).
+    pub fn contains(&self, id: &str) -> bool {
+        self.map.as_ref().is_some_and(|m| lock(m).contains(id))
+    }
+
     /// Removes it if it exists and `owner` may see it.
     pub fn remove(&self, id: &str, owner: Option<&str>) -> bool {
         let Some(m) = &self.map else { return false };

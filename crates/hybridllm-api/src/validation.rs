@@ -142,6 +142,9 @@ pub struct SamplingRequest {
     /// vLLM's: the response id is `chatcmpl-<request_id>` (`cmpl-` for completions); an
     /// `X-Request-Id` header wins over it.
     pub request_id: Option<String>,
+    /// vLLM's: a stable id shared by a conversation's requests. With data parallelism the
+    /// frontend keeps a session on one engine worker, where its prefix is cached.
+    pub session_id: Option<String>,
     /// OpenAI's end-user tag: accepted, with no effect (as in OpenAI's API and vLLM).
     #[allow(dead_code)]
     pub user: Option<String>,
@@ -171,6 +174,8 @@ pub struct GenParams {
     pub constraint: Option<Constraint>,
     /// vLLM's `priority` (0 unless the engine schedules by priority).
     pub priority: i64,
+    /// vLLM's `session_id` (None when empty): the data-parallel router's affinity key.
+    pub session_id: Option<String>,
 }
 
 /// A call whose engine parameters may hold an output constraint still to compile: each shell
@@ -506,6 +511,7 @@ impl SamplingRequest {
             tokens_as_ids: self.return_tokens_as_token_ids.unwrap_or(false),
             constraint: None,
             priority: 0,
+            session_id: self.session_id.clone().filter(|s| !s.is_empty()),
         })
     }
 }

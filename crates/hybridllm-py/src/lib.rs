@@ -1089,10 +1089,13 @@ struct EmbeddingCall {
 
 #[pymethods]
 impl EmbeddingCall {
+    /// `request_id_header`: the request's `X-Request-Id`, if it has one.
     #[new]
-    fn new(ctx: &Context, body: &[u8]) -> PyResult<Self> {
+    #[pyo3(signature = (ctx, body, request_id_header=None))]
+    fn new(ctx: &Context, body: &[u8], request_id_header: Option<String>) -> PyResult<Self> {
         let req = parse_body::<EmbeddingRequest>(body).map_err(api_error)?;
-        let call = CoreEmbeddingCall::new(&ctx.inner, req).map_err(api_error)?;
+        let mut call = CoreEmbeddingCall::new(&ctx.inner, req).map_err(api_error)?;
+        call.set_request_id_header(request_id_header);
         Ok(EmbeddingCall {
             ctx: ctx.inner.clone(),
             text_bytes: call.text_bytes(),
@@ -1101,7 +1104,7 @@ impl EmbeddingCall {
         })
     }
 
-    /// The request id, each input's ids as the worker gets them, and the response.
+    /// The engine's request id, each input's ids as the worker gets them, and the response.
     fn plan(&mut self, py: Python<'_>) -> PyResult<(String, Vec<Vec<u32>>, EmbeddingResponse)> {
         let call = self
             .call
@@ -1109,7 +1112,11 @@ impl EmbeddingCall {
             .ok_or_else(|| PyValueError::new_err("plan() once"))?;
         let ctx = self.ctx.clone();
         let (ids, resp) = py.detach(move || call.plan(&ctx)).map_err(api_error)?;
-        Ok((resp.id.clone(), ids, EmbeddingResponse { inner: resp }))
+        Ok((
+            resp.engine_id.clone(),
+            ids,
+            EmbeddingResponse { inner: resp },
+        ))
     }
 }
 

@@ -1,10 +1,10 @@
 //! POST /v1/embeddings over HTTP: the core's embedding call (`hybridllm_api::embeddings`),
 //! its text inputs tokenized off the runtime when long, pooled by the worker's Embed call.
-use super::request::JsonBody;
+use super::request::{request_id_header, JsonBody};
 use crate::errors::{ApiError, HttpError};
 use crate::state::AppState;
 use axum::extract::State;
-use axum::http::header;
+use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 use hybridllm_api::embeddings::{EmbeddingCall, EmbeddingRequest};
 use hybridllm_api::engine_io::EmbedRequest;
@@ -15,9 +15,11 @@ const INLINE_TOKENIZE_BYTES: usize = 4096;
 
 pub async fn handle(
     State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
     JsonBody(req): JsonBody<EmbeddingRequest>,
 ) -> Result<Response, HttpError> {
-    let call = EmbeddingCall::new(&state.api, req)?;
+    let mut call = EmbeddingCall::new(&state.api, req)?;
+    call.set_request_id_header(request_id_header(&headers));
     let normalize = call.normalize;
     let (ids, resp) = if call.text_bytes() <= INLINE_TOKENIZE_BYTES {
         call.plan(&state.api)?
@@ -30,7 +32,7 @@ pub async fn handle(
     let reply = state
         .engine
         .embed(EmbedRequest {
-            request_id: resp.id.clone(),
+            request_id: resp.engine_id.clone(),
             inputs: ids,
             normalize,
         })

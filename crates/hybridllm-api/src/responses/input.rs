@@ -1,7 +1,7 @@
 //! The `/v1/responses` request: its fields, those served only in their text-only form, and
 //! its input items read into stored items and chat messages.
 use crate::errors::ApiError;
-use crate::request::{never, Unhonoured};
+use crate::request::{never, nothing, Unhonoured, KV_TRANSFER, MULTIMODAL};
 use crate::structured::{Constraint, TextFormat};
 use crate::validation::{
     range_i, Bound, SamplingRequest, Stop, MAX_TOKENS, MIN_P, REPETITION_PENALTY, TEMPERATURE,
@@ -47,6 +47,16 @@ pub struct ResponsesRequest {
     pub logit_bias: Option<std::collections::HashMap<String, f64>>,
     pub skip_special_tokens: Option<bool>,
     pub include_stop_str_in_output: Option<bool>,
+    /// vLLM's: the response's id, as given (1 to 512 bytes; not one a stored response has).
+    pub request_id: Option<String>,
+    /// Echoed in the response object, as vLLM and OpenAI do; with no tools served they ask
+    /// for nothing more. `service_tier`: auto (the default), default, flex, scale, priority.
+    pub service_tier: Option<String>,
+    pub parallel_tool_calls: Option<bool>,
+    pub max_tool_calls: Option<i64>,
+    /// OpenAI's prefix-cache routing key: one engine serves every request, so its prefix
+    /// cache is shared already (cache_salt isolates); echoed.
+    pub prompt_cache_key: Option<String>,
     // Refused unless in their text-only form (`check_unsupported`), never ignored.
     pub background: Option<bool>,
     pub tools: Option<Vec<Value>>,
@@ -72,12 +82,50 @@ const RESPONSES_UNHONOURED: &[Unhonoured] = &[
         neutral: never,
         why: "on /v1/responses the output constraint is text.format",
     },
+    Unhonoured {
+        field: "enable_response_messages",
+        neutral: nothing,
+        why: "the prompt and output are not returned as raw chat messages",
+    },
+    Unhonoured {
+        field: "previous_response",
+        neutral: never,
+        why: "continue a conversation with previous_response_id",
+    },
+    Unhonoured {
+        field: "media_io_kwargs",
+        neutral: nothing,
+        why: MULTIMODAL,
+    },
+    Unhonoured {
+        field: "mm_processor_kwargs",
+        neutral: nothing,
+        why: MULTIMODAL,
+    },
+    Unhonoured {
+        field: "kv_transfer_params",
+        neutral: nothing,
+        why: KV_TRANSFER,
+    },
+    Unhonoured {
+        field: "chat_template_kwargs",
+        neutral: nothing,
+        why: "vLLM fills it in itself; the request's template options are not served here",
+    },
+    Unhonoured {
+        field: "previous_input_messages",
+        neutral: nothing,
+        why: "it carries gpt-oss Harmony history, a format this server does not serve",
+    },
 ];
+
+const SERVICE_TIERS: [&str; 5] = ["auto", "default", "flex", "scale", "priority"];
 
 impl crate::request::RequestBody for ResponsesRequest {
     const UNHONOURED: &'static [&'static [Unhonoured]] = &[RESPONSES_UNHONOURED];
     const BOUNDS: &'static [(&'static str, Bound)] = &[
         ("max_output_tokens", MAX_TOKENS),
+        ("max_tool_calls", MAX_TOKENS),
         ("temperature", TEMPERATURE),
         ("top_p", TOP_P),
         ("top_k", TOP_K),
@@ -171,6 +219,26 @@ impl ResponsesRequest {
                 "conversation",
                 "conversation is not supported: use previous_response_id to continue a conversation.",
             );
+        }
+        Ok(())
+    }
+
+    /// The echoed fields' values: `service_tier` one of OpenAI's, `max_tool_calls` at least 1.
+    pub fn check_echoed(&self) -> Result<(), ApiError> {
+        if let Some(t) = self.service_tier.as_deref() {
+            if !SERVICE_TIERS.contains(&t) {
+                return Err(ApiError::bad_param(
+                    "service_tier",
+                    format!(
+                        "service_tier must be one of {}, got {}.",
+                        SERVICE_TIERS.join(", "),
+                        json!(t)
+                    ),
+                ));
+            }
+        }
+        if let Some(n) = self.max_tool_calls {
+            range_i("max_tool_calls", n, MAX_TOKENS)?;
         }
         Ok(())
     }

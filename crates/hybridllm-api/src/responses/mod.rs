@@ -12,7 +12,7 @@ use crate::prompt::TemplateArgs;
 use crate::response_store::{ResponseStore, StoredResponse};
 use crate::sse::write_named_frame;
 use crate::text_deltas::GenEvent;
-use crate::usage::Usage;
+use crate::usage::{Usage, MAX_REQUEST_ID_LEN};
 use crate::validation::{
     closed, fit_max_tokens, priority, Bound, Constrained, GenParams, GenRequest,
 };
@@ -64,6 +64,26 @@ impl ResponsesCall {
         req.check_unsupported()?;
         let auto_truncate = req.truncation_auto()?;
         req.check_metadata()?;
+        req.check_echoed()?;
+        let id = match &req.request_id {
+            Some(id) if id.is_empty() || id.len() > MAX_REQUEST_ID_LEN => {
+                return Err(ApiError::bad_param(
+                    "request_id",
+                    format!(
+                        "request_id must be 1 to {MAX_REQUEST_ID_LEN} bytes long, got {}.",
+                        id.len()
+                    ),
+                ))
+            }
+            // Its owner's stored response must not be replaced (nor its id's owner told).
+            Some(id) if store.contains(id) => {
+                return Err(ApiError::bad_param(
+                    "request_id",
+                    "request_id names a stored response: choose another.",
+                ))
+            }
+            id => id.clone(),
+        };
         let sampling = req.sampling(ctx.max_tokens_limit)?;
         let mut params = sampling.validate(None, ctx.vocab_size)?;
         params.constrain(req.text_constraint()?)?;
@@ -78,7 +98,7 @@ impl ResponsesCall {
         let mut conversation = previous.map_or_else(Vec::new, |p| p.conversation.clone());
         conversation.extend(input.messages);
         Ok(ResponsesCall {
-            head: ResponseHead::new(&req, ctx.model_name()),
+            head: ResponseHead::new(&req, ctx.model_name(), id),
             params,
             instructions: req.instructions.clone(),
             auto_truncate,
@@ -138,7 +158,7 @@ impl ResponsesCall {
             head: self.head,
         };
         let gen = GenRequest {
-            request_id: resp.head.id.clone(),
+            request_id: resp.head.engine_id.clone(),
             prompt_ids: ids,
             params: self.params,
             max_tokens,

@@ -14,6 +14,9 @@ pub fn new_response_id() -> String {
 /// What every form of one response repeats: ids, the model and the request's echoed fields.
 pub struct ResponseHead {
     pub id: String,
+    /// The engine request's: `id`, or (a caller's `request_id` need not be unique) that with
+    /// a uuid after it.
+    pub engine_id: String,
     pub item_id: String,
     pub store: bool,
     created_at: i64,
@@ -27,6 +30,10 @@ pub struct ResponseHead {
     metadata: Map<String, Value>,
     user: Option<String>,
     tool_choice: Value,
+    service_tier: String,
+    parallel_tool_calls: bool,
+    max_tool_calls: Option<i64>,
+    prompt_cache_key: Option<String>,
     /// `text.format` as the request gave it (`{"type": "text"}` by default).
     text_format: Value,
 }
@@ -58,7 +65,10 @@ struct Object<'a> {
     metadata: &'a Map<String, Value>,
     user: Option<&'a str>,
     background: bool,
+    service_tier: &'a str,
     parallel_tool_calls: bool,
+    max_tool_calls: Option<i64>,
+    prompt_cache_key: Option<&'a str>,
     tool_choice: &'a Value,
     tools: [u8; 0],
     reasoning: Reasoning,
@@ -122,9 +132,21 @@ pub fn output_text(text: &str) -> Part<'_> {
 }
 
 impl ResponseHead {
-    pub fn new(req: &ResponsesRequest, model: &str) -> Self {
+    /// `id`: the caller's `request_id` if it gave one (checked by the caller).
+    pub fn new(req: &ResponsesRequest, model: &str, id: Option<String>) -> Self {
+        let (id, engine_id) = match id {
+            Some(id) => (
+                id.clone(),
+                format!("{id}-{}", uuid::Uuid::new_v4().simple()),
+            ),
+            None => {
+                let id = new_response_id();
+                (id.clone(), id)
+            }
+        };
         ResponseHead {
-            id: new_response_id(),
+            id,
+            engine_id,
             item_id: new_item_id(),
             store: req.store.unwrap_or(true),
             created_at: now(),
@@ -138,6 +160,10 @@ impl ResponseHead {
             metadata: req.metadata.clone().unwrap_or_default(),
             user: req.user.clone(),
             tool_choice: req.tool_choice.clone().unwrap_or_else(|| json!("auto")),
+            service_tier: req.service_tier.clone().unwrap_or_else(|| "auto".into()),
+            parallel_tool_calls: req.parallel_tool_calls.unwrap_or(true),
+            max_tool_calls: req.max_tool_calls,
+            prompt_cache_key: req.prompt_cache_key.clone(),
             text_format: req
                 .text_format()
                 .cloned()
@@ -163,7 +189,10 @@ impl ResponseHead {
             metadata: &self.metadata,
             user: self.user.as_deref(),
             background: false,
-            parallel_tool_calls: true,
+            service_tier: &self.service_tier,
+            parallel_tool_calls: self.parallel_tool_calls,
+            max_tool_calls: self.max_tool_calls,
+            prompt_cache_key: self.prompt_cache_key.as_deref(),
             tool_choice: &self.tool_choice,
             tools: [],
             reasoning: Reasoning {

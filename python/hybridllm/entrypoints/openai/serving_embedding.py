@@ -27,7 +27,8 @@ INLINE_TOKENIZE_BYTES = 4096  # tokenized in place below this: a thread hop cost
 async def embeddings(request: Request) -> Response:
     state = get_state(request)
     call = _api.EmbeddingCall(state.api,
-                              await read_body(request, state.options.max_request_body_bytes))
+                              await read_body(request, state.options.max_request_body_bytes),
+                              request.headers.get("x-request-id"))
     if call.text_bytes <= INLINE_TOKENIZE_BYTES:
         request_id, ids, resp = call.plan()
     else:  # off the event loop: 2,048 long texts take a while
