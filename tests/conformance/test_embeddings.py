@@ -8,6 +8,7 @@ import base64
 import json
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import pytest
 from hybridllm.models.resolve import DEFAULT_EMBEDDING_MODEL, resolve_model
 from tests import golden
 from tests.conformance.conftest import API_KEY, Server, assert_same, parsed, start_all
+from tests.conformance.test_api_fields_doc import walk_refused
 from tests.conformance.test_errors import TYPE_ERROR, Foreign, assert_same_error
 from tests.golden.kinds import decode_embeddings, embedding_model
 from tests.openapi_doc import response_validator
@@ -76,6 +78,8 @@ BODIES: list[dict[str, Any]] = [
     {"input": "Hello world", "normalize": False, "dimensions": 384, "user": "u-1"},
     {"input": "Hello", "model": "all-MiniLM-L6-v2"},
     {"input": "Hello world", "use_activation": False},  # vLLM's current name for normalize
+    # No KV cache is shared between embedding requests: a salt changes nothing.
+    {"input": "Hello world", "cache_salt": "tenant-a", "padding": "do_not_pad"},
 ]
 
 
@@ -180,6 +184,7 @@ ERRORS: list[tuple[str, int, str | Foreign | None]] = [
     ('{"input":"a","normalize":"yes"}', 400, TYPE_ERROR),
     ("{}", 400, Foreign("deserializer", "Invalid request: missing field `input`")),
     ('{"input":"a","model":"nope"}', 404, "The model `nope` does not exist."),
+    ('{"input":"a","cache_salt":""}', 400, "cache_salt must be a non-empty string."),
     ('{"input":"a","priority":2}', 400, "priority is not supported: an embedding step takes "
      "every waiting input in arrival order."),
     ('{"input":"a","embed_dtype":"float16"}', 400, "embed_dtype is not supported: base64 "
@@ -192,7 +197,8 @@ ERRORS: list[tuple[str, int, str | Foreign | None]] = [
 PARAMS = {"input": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15],
           "truncate_prompt_tokens": [16, 17, 18, 19], "encoding_format": [20],
           "dimensions": [21], "priority": [len(ERRORS) - 4], "embed_dtype": [len(ERRORS) - 3],
-          "endianness": [len(ERRORS) - 2], "truncation_side": [len(ERRORS) - 1]}
+          "endianness": [len(ERRORS) - 2], "truncation_side": [len(ERRORS) - 1],
+          "cache_salt": [len(ERRORS) - 5]}
 
 
 @pytest.mark.parametrize("case", ERRORS, ids=range(len(ERRORS)))
@@ -232,6 +238,38 @@ def test_generative_model_refuses_embeddings(servers: dict) -> None:
                       "model (task 'generate').")
 
 
+def test_every_refused_field_is_a_400_naming_it(embed_servers: dict) -> None:
+    """docs/api_fields.md's refused embedding rows (the chat form, multimodal options,
+    padding, ...), walked as test_api_fields_doc walks the generate endpoints'."""
+    walk_refused(embed_servers, "EmbeddingCompletionRequest")
+    # `messages` is named even without `input`.
+    for s in embed_servers.values():
+        r = s.post(E, {"messages": [{"role": "user", "content": "Hi"}]})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
+
+
+def test_request_id_names_the_response(embed_servers: dict) -> None:
+    """vLLM's: `embd-<request_id>`, an X-Request-Id header winning; the same request id
+    twice at once still runs (the engine's ids stay unique)."""
+    bodies = {}
+    for mode, s in embed_servers.items():
+        r = s.post(E, {"input": ["a", "b"], "request_id": "my-embed-1"})
+        assert r.json()["id"] == "embd-my-embed-1", mode
+        r = s.http.post(E, json={"input": "a", "request_id": "body-id"},
+                        headers={"X-Request-Id": "header-id"})
+        assert r.json()["id"] == "embd-header-id", mode
+        with ThreadPoolExecutor(4) as pool:
+            same = list(pool.map(s.post, [E] * 4, [{"input": "c", "request_id": "dup"}] * 4))
+        assert [x.json()["id"] for x in same] == ["embd-dup"] * 4, mode
+        bad = s.post(E, {"input": "a", "request_id": ""})
+        assert bad.status_code == 400, mode
+        bodies[mode] = bad.json()
+    assert_same(bodies)
+    assert bodies["rust"]["error"] == {
+        "message": "request_id must be 1 to 512 bytes long, got 0.",
+        "type": "BadRequestError", "param": "request_id", "code": 400}
+
+
 def _waiting(s: Server) -> float:
     text = s.http.get("/metrics").text
     line = next(x for x in text.splitlines() if x.startswith("hybridllm:num_requests_waiting"))
@@ -247,7 +285,7 @@ def test_client_gone_frees_its_inputs(embed_servers: dict) -> None:
         deadline = time.monotonic() + 15
         while _waiting(s) > 0 and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert _waiting(s) == 0, mode
+        assert _waiting(s) == 0, (mode, s.log.read_text()[-3000:])
         t0 = time.monotonic()
         assert s.post(E, {"input": "next"}).status_code == 200
         assert time.monotonic() - t0 < 5, mode
