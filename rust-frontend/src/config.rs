@@ -26,6 +26,7 @@
 //!   "structured_outputs_config": null,        // --structured-outputs-config's JSON object
 //!   "tool_call_parser": null,                 // --tool-call-parser: hermes, llama3_json, ...
 //!   "enable_auto_tool_choice": false,         // --enable-auto-tool-choice
+//!   "reasoning_parser": null,                 // --reasoning-parser: deepseek_r1, qwen3
 //!   "enable_request_id_headers": false        // every response carries X-Request-Id
 //! }
 //! ```
@@ -71,6 +72,7 @@ pub struct ServeConfig {
     pub structured_outputs_config: Option<StructuredOptions>,
     pub tool_call_parser: Option<String>,
     pub enable_auto_tool_choice: bool,
+    pub reasoning_parser: Option<String>,
     /// vLLM's `--enable-request-id-headers`: every response carries `X-Request-Id` (the
     /// request's, or a new one).
     pub enable_request_id_headers: bool,
@@ -105,6 +107,7 @@ impl Default for ServeConfig {
             structured_outputs_config: None,
             tool_call_parser: None,
             enable_auto_tool_choice: false,
+            reasoning_parser: None,
             enable_request_id_headers: false,
         }
     }
@@ -158,6 +161,9 @@ impl ServeConfig {
             c.tool_call_parser.as_deref(),
             c.enable_auto_tool_choice,
         )?;
+        if let Some(name) = &c.reasoning_parser {
+            hybridllm_api::reasoning::ReasoningFormat::from_name(name)?;
+        }
         Ok(c)
     }
 
@@ -186,6 +192,7 @@ impl ServeConfig {
             structured: self.structured_outputs_config.clone().unwrap_or_default(),
             tool_call_parser: self.tool_call_parser.clone(),
             enable_auto_tool_choice: self.enable_auto_tool_choice,
+            reasoning_parser: self.reasoning_parser.clone(),
         }
     }
 }

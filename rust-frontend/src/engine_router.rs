@@ -170,8 +170,9 @@ impl EngineRouter {
             id.hash(&mut h);
             h.finish()
         });
-        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
-        let sticky = session.and_then(|k| sessions.get(&k).copied().filter(usable));
+        // The sessions' lock only for requests that name one.
+        let sessions = || self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        let sticky = session.and_then(|k| sessions().get(&k).copied().filter(usable));
         let choice = if self.routing == Routing::LeastLoad {
             sticky.unwrap_or(least)
         } else {
@@ -187,7 +188,7 @@ impl EngineRouter {
             choice
         };
         if let Some(k) = session {
-            sessions.put(k, choice);
+            sessions().put(k, choice);
         }
         choice
     }

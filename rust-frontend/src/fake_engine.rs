@@ -290,6 +290,7 @@ pub fn state(engine: Arc<FakeEngine>) -> Arc<AppState> {
             lowercase_inputs: false,
             grammars: Err("the test tokenizer has no byte-level vocabulary".into()),
             tools: Default::default(),
+            reasoning: None,
             warnings: vec![],
         },
         model_path: String::new(),

@@ -55,8 +55,7 @@ REFUSED_SAMPLES: dict[str, dict[str, Any]] = {
     "CompletionRequest": {"suffix": "x", "prompt_embeds": "AAAA", **VLLM_REFUSED},
     "ResponsesRequest": {
         "background": True, "include": ["message.output_text.logprobs"],
-        "prompt": {"id": "p"}, "reasoning": {"effort": "low"}, "tool_choice": "required",
-        "tools": [{"type": "function", "name": "f", "parameters": {}}], "top_logprobs": 2,
+        "prompt": {"id": "p"}, "reasoning": {"effort": "low"}, "top_logprobs": 2,
         "structured_outputs": {"regex": "a"}, "vllm_xargs": {"a": 1},
         "enable_response_messages": True, "previous_response": {"id": "resp_1"},
         "kv_transfer_params": {"a": 1}, "chat_template_kwargs": {"enable_thinking": True},
@@ -78,7 +77,7 @@ BASES = {
     "EmbeddingCompletionRequest": ("/v1/embeddings", {"input": "Hi"}),  # test_embeddings.py
 }
 SERVED_TESTS = ("conformance", "reliability", "structured", "e2e", "rust_frontend",
-                "python_frontend", "scaleout")
+                "python_frontend", "scaleout", "tools")
 
 
 def _rows(cls: str, verdict: str) -> list[str]:

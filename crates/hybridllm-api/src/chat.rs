@@ -7,6 +7,7 @@ use crate::errors::ApiError;
 use crate::logprobs::chat_content;
 use crate::prompt::ChatMessage;
 use crate::prompt::TemplateArgs;
+use crate::reasoning::{split_whole, ReasoningReader, ReplyStart};
 use crate::request::{field_error, FieldError, RequestBody, StreamOptions, Unhonoured};
 use crate::sse::ChunkHead;
 use crate::structured::ConstraintFields;
@@ -50,6 +51,8 @@ pub struct ChatRequest {
     pub tool_choice: Option<Value>,
     /// More than one call per turn (default true).
     pub parallel_tool_calls: Option<bool>,
+    /// With `--reasoning-parser`: return the reply's reasoning (default true).
+    pub include_reasoning: Option<bool>,
 }
 
 impl RequestBody for ChatRequest {
@@ -76,6 +79,15 @@ pub struct ChatCall {
     echo: String,
     /// What the reply's tool calls are read as, when they are.
     tools: Option<ToolPlan>,
+    /// How the reply's reasoning is read, with `--reasoning-parser`.
+    reasoning: Option<ReasoningPlan>,
+}
+
+/// A reply's reasoning: where it starts, and whether the response returns it.
+#[derive(Clone, Copy)]
+struct ReasoningPlan {
+    start: ReplyStart,
+    include: bool,
 }
 
 /// vLLM's chat `echo`: the last message's text when its role is the reply's (`assistant`,
@@ -157,6 +169,13 @@ impl ChatCall {
         }
         let add_generation_prompt = !req.template.continue_final_message.unwrap_or(false);
         let prompt = ctx.render_prompt(&req.messages, &req.template, add_generation_prompt)?;
+        let reasoning = ctx.reasoning.map(|format| ReasoningPlan {
+            start: format.start(&prompt),
+            include: req.include_reasoning.unwrap_or(true),
+        });
+        if let (Some(r), Some(c)) = (reasoning, &mut params.constraint) {
+            c.after_reasoning = Some(r.start);
+        }
         let echo = match req.echo.unwrap_or(false) {
             true => echoed(
                 &req.messages,
@@ -178,6 +197,7 @@ impl ChatCall {
             },
             echo,
             tools: tool_plan,
+            reasoning,
         })
     }
 
@@ -215,8 +235,15 @@ impl ChatCall {
             format: plan.format,
             parallel: plan.parallel,
         });
+        let reasoning = self.reasoning.map(|plan| ResponseReasoning {
+            readers: (0..self.params.n)
+                .map(|_| ReasoningReader::new(plan.start))
+                .collect(),
+            plan,
+        });
         let resp = ChatResponse {
             tools,
+            reasoning,
             n: self.params.n,
             logprobs: self.params.logprobs,
             tokens_as_ids: self.params.tokens_as_ids,
@@ -252,9 +279,35 @@ struct Delta<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     content: Option<&'a str>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tool_calls: Vec<Value>,
+}
+
+/// The reasoning of a response being read: a reader per choice.
+struct ResponseReasoning {
+    plan: ReasoningPlan,
+    readers: Vec<ReasoningReader>,
+}
+
+impl ResponseReasoning {
+    /// A piece of choice `i`'s text (and its end, when `fin`): its reasoning, as returned
+    /// (empty when not), and its content.
+    fn read(&mut self, i: usize, text: &str, fin: bool) -> (String, String) {
+        let reader = &mut self.readers[i];
+        let mut s = reader.push(text);
+        if fin {
+            let end = reader.finish();
+            s.reasoning.push_str(&end.reasoning);
+            s.content.push_str(&end.content);
+        }
+        if !self.plan.include {
+            s.reasoning.clear();
+        }
+        (s.reasoning, s.content)
+    }
 }
 
 /// The tool calls of a response being read: a parser and the calls' ids per choice.
@@ -327,6 +380,7 @@ fn finish_reason(reason: &'static str, called: bool) -> &'static str {
 pub struct ChatResponse {
     pub head: ChunkHead,
     tools: Option<ResponseTools>,
+    reasoning: Option<ResponseReasoning>,
     pub n: u32,
     /// Top logprobs per token, when asked for.
     pub logprobs: Option<u32>,
@@ -348,6 +402,7 @@ impl ChatResponse {
                     index: i,
                     delta: Delta {
                         role,
+                        reasoning: None,
                         content: Some(content),
                         tool_calls: vec![],
                     },
@@ -394,24 +449,32 @@ impl ChatResponse {
         }
         let lp = self.logprobs_json(tok, &out.logprobs);
         let finish = out.finish.as_ref();
+        let i = out.index as usize;
+        let (reasoning, text) = match &mut self.reasoning {
+            None => (String::new(), out.text.clone()),
+            Some(r) => r.read(i, &out.text, finish.is_some()),
+        };
         let (content, tool_calls, called) = match &mut self.tools {
-            None => {
-                let text = (!out.text.is_empty() || finish.is_none()).then_some(out.text.clone());
+            // Without parsers a text chunk always says `content`, if empty.
+            None if self.reasoning.is_none() => {
+                let text = (!text.is_empty() || finish.is_none()).then_some(text);
                 (text, vec![], false)
             }
+            None => ((!text.is_empty()).then_some(text), vec![], false),
             Some(t) => {
-                let i = out.index as usize;
-                let (content, calls) = t.read(i, &out.text, finish.is_some());
-                if content.is_empty() && calls.is_empty() && finish.is_none() && lp.is_null() {
-                    return None;
-                }
+                let (content, calls) = t.read(i, &text, finish.is_some());
                 ((!content.is_empty()).then_some(content), calls, t.called(i))
             }
         };
+        let said = !reasoning.is_empty() || content.is_some() || !tool_calls.is_empty();
+        if !said && finish.is_none() && lp.is_null() {
+            return None;
+        }
         let c = ChoiceDelta {
             index: out.index,
             delta: Delta {
                 role: None,
+                reasoning: (!reasoning.is_empty()).then_some(reasoning.as_str()),
                 content: content.as_deref(),
                 tool_calls,
             },
@@ -444,10 +507,23 @@ impl ChatResponse {
 
     /// Choice `i` of the body, from its collected output.
     pub fn choice(&self, tok: &Tokenizer, i: usize, choice: ChoiceOutput) -> ChatChoice {
+        // With a reasoning parser the message says `reasoning`, if null; an empty content is
+        // null.
+        let (reasoning, text) = match &self.reasoning {
+            None => (None, choice.text),
+            Some(r) => {
+                let (reasoning, content) = split_whole(r.plan.start, &choice.text);
+                (Some(reasoning.filter(|_| r.plan.include)), content)
+            }
+        };
         let (content, tool_calls) = match &self.tools {
-            None => (Some(format!("{}{}", self.echo, choice.text)), vec![]),
+            None => {
+                let content = format!("{}{text}", self.echo);
+                let content = (reasoning.is_none() || !content.is_empty()).then_some(content);
+                (content, vec![])
+            }
             Some(t) => {
-                let mut parsed = parse_whole(t.format, &choice.text);
+                let mut parsed = parse_whole(t.format, &text);
                 if !t.parallel {
                     parsed.calls.truncate(1);
                 }
@@ -460,7 +536,8 @@ impl ChatResponse {
                                "function": {"name": name, "arguments": arguments}})
                     })
                     .collect();
-                let content = (calls.is_empty() || !content.is_empty()).then_some(content);
+                let null = !calls.is_empty() || reasoning.is_some();
+                let content = (!null || !content.is_empty()).then_some(content);
                 (content, calls)
             }
         };
@@ -469,6 +546,7 @@ impl ChatResponse {
             index: i,
             message: AssistantMessage {
                 role: "assistant",
+                reasoning,
                 content,
                 tool_calls,
             },
@@ -528,6 +606,11 @@ pub struct ChatChoice {
 #[derive(Serialize, ToSchema)]
 pub struct AssistantMessage {
     role: &'static str,
+    /// With `--reasoning-parser`: the reply's reasoning (null when it has none or
+    /// `include_reasoning` is false); absent without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    reasoning: Option<Option<String>>,
     /// Null when the turn is only tool calls.
     content: Option<String>,
     /// `{"id", "type": "function", "function": {"name", "arguments"}}` per call (`arguments`:
@@ -718,6 +801,73 @@ mod tests {
             .collect();
         assert_eq!(calls, vec![("f", "{}"), ("g", "{\"a\": 1}")]);
         assert_eq!(v["choices"][0]["finish_reason"], "tool_calls");
+    }
+
+    #[test]
+    fn reasoning_streams_and_collects_alike() {
+        let mut ctx = test_context();
+        ctx.reasoning = Some(crate::reasoning::ReasoningFormat::DeepSeekR1);
+        ctx.tools = crate::tools::ToolOptions::new(Some("hermes"), true).unwrap();
+        let tools = json!([{"type": "function", "function": {"name": "f"}}]);
+        let text =
+            "<think>plan</think>\n\nok <tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>";
+        let tok = &ctx.tokenizer;
+        for include in [true, false] {
+            let body = json!({"messages": [{"role": "user", "content": "Hello"}], "stream": true,
+                              "tools": tools, "include_reasoning": include});
+            let (_, mut resp) = call(&ctx, body);
+            // Streamed in three pieces, tags cut across them.
+            let mut deltas = vec![];
+            for (piece, fin) in [
+                ("<think>pl", false),
+                ("an</thi", false),
+                (&text[16..], true),
+            ] {
+                let finish = fin.then_some(("stop", Value::Null));
+                if let Some(f) = resp.event(tok, 0, &output(0, piece, 1, finish)) {
+                    let mut d = parsed(&f)["choices"][0]["delta"].clone();
+                    if let Some(calls) = d.get_mut("tool_calls") {
+                        calls[0]["id"] = json!("ID");
+                    }
+                    deltas.push(d);
+                }
+            }
+            let call = json!([{"index": 0, "id": "ID", "type": "function",
+                                "function": {"name": "f", "arguments": "{}"}}]);
+            let mut want = vec![json!({"content": "\n\nok ", "tool_calls": call})];
+            if include {
+                want.insert(0, json!({"reasoning": "pl"}));
+                want.insert(1, json!({"reasoning": "an"}));
+            }
+            assert_eq!(deltas, want, "include_reasoning {include}");
+            // Not streamed: the same split.
+            let mut col = Collector::new(1, vec![3]);
+            col.push(tok, 0, output(0, text, 3, Some(("stop", Value::Null))));
+            let m = resp.body(tok, col.finish())["choices"][0]["message"].clone();
+            let reasoning = if include { json!("plan") } else { Value::Null };
+            assert_eq!(
+                (&m["reasoning"], &m["content"]),
+                (&reasoning, &json!("\n\nok "))
+            );
+            assert_eq!(m["tool_calls"][0]["function"]["name"], "f");
+        }
+        // A reply that never closes its span: all reasoning, content null, in both forms.
+        let body = json!({"messages": [{"role": "user", "content": "Hello"}], "stream": true});
+        let (_, mut resp) = call(&ctx, body);
+        let f = resp
+            .event(tok, 0, &output(0, "hmm", 1, Some(("length", Value::Null))))
+            .unwrap();
+        assert_eq!(
+            parsed(&f)["choices"][0]["delta"],
+            json!({"reasoning": "hmm"})
+        );
+        let mut col = Collector::new(1, vec![3]);
+        col.push(tok, 0, output(0, "hmm", 1, Some(("length", Value::Null))));
+        let m = resp.body(tok, col.finish())["choices"][0]["message"].clone();
+        assert_eq!(
+            m,
+            json!({"role": "assistant", "reasoning": "hmm", "content": null, "tool_calls": []})
+        );
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! alike), then read-only.
 use crate::errors::ApiError;
 use crate::prompt::{render_chat, TemplateArgs};
+use crate::reasoning::ReasoningFormat;
 use crate::structured::{GrammarCompiler, StructuredOptions};
 use crate::text::chat_template::ChatTemplate;
 use crate::text::tokenizer::Tokenizer;
@@ -42,6 +43,8 @@ pub struct ApiContext {
     pub grammars: Result<Arc<GrammarCompiler>, String>,
     /// `--tool-call-parser` and `--enable-auto-tool-choice`.
     pub tools: ToolOptions,
+    /// `--reasoning-parser`.
+    pub reasoning: Option<ReasoningFormat>,
     /// What the shell logs once at start-up (e.g. a template that ignores tools).
     pub warnings: Vec<String>,
 }
@@ -83,6 +86,8 @@ pub struct ApiOptions {
     pub tool_call_parser: Option<String>,
     /// `--enable-auto-tool-choice`.
     pub enable_auto_tool_choice: bool,
+    /// `--reasoning-parser`.
+    pub reasoning_parser: Option<String>,
 }
 
 impl ApiOptions {
@@ -109,6 +114,11 @@ impl ApiContext {
         template: Option<ChatTemplate>,
     ) -> anyhow::Result<ApiContext> {
         let tools = ToolOptions::new(o.tool_call_parser.as_deref(), o.enable_auto_tool_choice)?;
+        let reasoning = o
+            .reasoning_parser
+            .as_deref()
+            .map(ReasoningFormat::from_name)
+            .transpose()?;
         let tok_path = o.tokenizer_path.as_deref().unwrap_or(&model.tokenizer_path);
         let tokenizer = Tokenizer::from_file(std::path::Path::new(tok_path))?;
         let template = match template {
@@ -152,6 +162,7 @@ impl ApiContext {
         }
         Ok(ApiContext {
             tools,
+            reasoning,
             warnings,
             vocab_size,
             grammars,
@@ -280,6 +291,7 @@ pub(crate) fn test_context() -> ApiContext {
         hidden_size: 0,
         lowercase_inputs: false,
         tools: ToolOptions::default(),
+        reasoning: None,
         warnings: vec![],
     }
 }

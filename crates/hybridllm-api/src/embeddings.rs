@@ -2,7 +2,7 @@
 //! returned as floats or base64 (little-endian float32, as the openai client decodes it).
 use crate::context::ApiContext;
 use crate::errors::ApiError;
-use crate::request::{nothing, RequestBody, Unhonoured, MULTIMODAL};
+use crate::request::{nothing, RequestBody, Unhonoured, MULTIMODAL_OPTIONS};
 use crate::usage::{now, CallerId};
 use crate::validation::truncation_limit;
 use base64::Engine as _;
@@ -41,7 +41,8 @@ pub struct EmbeddingRequest {
 }
 
 impl RequestBody for EmbeddingRequest {
-    const UNHONOURED: &'static [&'static [Unhonoured]] = &[EMBEDDING_UNHONOURED];
+    const UNHONOURED: &'static [&'static [Unhonoured]] =
+        &[EMBEDDING_UNHONOURED, MULTIMODAL_OPTIONS];
 }
 
 /// vLLM's extensions that an embedding request here refuses rather than ignores.
@@ -97,16 +98,6 @@ const EMBEDDING_UNHONOURED: &[Unhonoured] = &[
         field: "chat_template_kwargs",
         neutral: nothing,
         why: "it is an option of the chat form (messages), which is not served",
-    },
-    Unhonoured {
-        field: "media_io_kwargs",
-        neutral: nothing,
-        why: MULTIMODAL,
-    },
-    Unhonoured {
-        field: "mm_processor_kwargs",
-        neutral: nothing,
-        why: MULTIMODAL,
     },
 ];
 

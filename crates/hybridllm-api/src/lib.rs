@@ -19,6 +19,7 @@ pub mod logprobs;
 pub mod metrics;
 pub mod openapi;
 pub mod prompt;
+pub mod reasoning;
 pub mod request;
 pub mod response_store;
 pub mod responses;

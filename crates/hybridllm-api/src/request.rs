@@ -112,7 +112,7 @@ pub fn text_modality(v: &Value) -> bool {
 const FUNCTIONS: &str =
     "OpenAI's deprecated function calling is not served; use tools and tool_choice";
 const VLLM: &str = "this vLLM extension is not implemented by this server yet";
-pub const MULTIMODAL: &str = "multimodal inputs are not supported";
+const MULTIMODAL: &str = "multimodal inputs are not supported";
 pub const KV_TRANSFER: &str =
     "disaggregated serving (KV and encoder-cache transfer) is not supported";
 const RENDER_ONLY: &str =
@@ -136,8 +136,7 @@ const VLLM_EXTENSIONS: &[Unhonoured] = unhonoured! {
     "logits_processors" => empty_or_false, VLLM;
     "kv_transfer_params" => never, VLLM;
     "vllm_xargs" => never, VLLM;
-    "thinking_token_budget" => never, "thinking budgets need a reasoning parser, which this \
-        server does not have yet";
+    "thinking_token_budget" => never, "thinking budgets are not implemented by this server yet";
     "watermarking" => empty_or_false, VLLM;
     "logprob_token_ids" => never, VLLM;
     "repetition_detection" => never, VLLM;
@@ -159,16 +158,25 @@ const CHAT_ONLY: &[Unhonoured] = unhonoured! {
     "modalities" => text_modality, "only text output is supported";
     "prediction" => never, "predicted outputs are not implemented by this server";
     "web_search_options" => never, "web search is not supported";
+    "return_prompt_text" => empty_or_false, VLLM;
+};
+
+/// The options of multimodal inputs (chat, embeddings, Responses).
+pub const MULTIMODAL_OPTIONS: &[Unhonoured] = unhonoured! {
     "mm_processor_kwargs" => nothing, MULTIMODAL;
     "media_io_kwargs" => nothing, MULTIMODAL;
-    "return_prompt_text" => empty_or_false, VLLM;
 };
 
 const COMPLETION_ONLY: &[Unhonoured] = unhonoured! {
     "prompt_embeds" => never, "prompt embeddings are not supported";
 };
 
-pub const CHAT_UNHONOURED: &[&[Unhonoured]] = &[OUTPUT_CONSTRAINTS, CHAT_ONLY, VLLM_EXTENSIONS];
+pub const CHAT_UNHONOURED: &[&[Unhonoured]] = &[
+    OUTPUT_CONSTRAINTS,
+    CHAT_ONLY,
+    MULTIMODAL_OPTIONS,
+    VLLM_EXTENSIONS,
+];
 pub const COMPLETION_UNHONOURED: &[&[Unhonoured]] =
     &[OUTPUT_CONSTRAINTS, COMPLETION_ONLY, VLLM_EXTENSIONS];
 

@@ -5,6 +5,7 @@
 //! 400 naming the field. The grammar then travels to the engine in `SamplingParams.grammar`
 //! (docs/structured_outputs.md).
 use crate::errors::ApiError;
+use crate::reasoning::ReplyStart;
 use crate::text::tokenizer::Tokenizer;
 use llguidance::api::{GrammarInit, ParserLimits, TopLevelGrammar};
 use llguidance::toktrie::{ApproximateTokEnv, InferenceCapabilities, TokEnv, TokRxInfo, TokTrie};
@@ -122,6 +123,8 @@ pub struct Constraint {
     /// Constraints it is made of, compiled one by one when it fails to name the culprit
     /// (a tool grammar's schemas).
     parts: Vec<Constraint>,
+    /// With a reasoning parser: the reply may reason freely before the constrained part.
+    pub after_reasoning: Option<ReplyStart>,
 }
 
 impl Constraint {
@@ -133,6 +136,7 @@ impl Constraint {
             disable_additional_properties: None,
             whitespace_pattern: None,
             parts: vec![],
+            after_reasoning: None,
         }
     }
 
@@ -410,6 +414,15 @@ pub(crate) fn close_objects(v: &mut Value) {
 impl Constraint {
     /// The constraint as llguidance's grammar, under the options (not compiled).
     pub fn grammar(&self, o: &StructuredOptions) -> Result<TopLevelGrammar, ApiError> {
+        let g = self.content_grammar(o)?;
+        Ok(match self.after_reasoning {
+            Some(start) => start.wrap_grammar(g),
+            None => g,
+        })
+    }
+
+    /// The grammar of what the constraint asks for itself.
+    fn content_grammar(&self, o: &StructuredOptions) -> Result<TopLevelGrammar, ApiError> {
         let (c, p) = (self, self.param.as_str());
         Ok(match &c.kind {
             Kind::Json(schema) => {
@@ -802,6 +815,38 @@ mod tests {
         let mut m = Matcher::new(parser);
         let toks: Vec<u32> = text.bytes().map(u32::from).collect();
         m.consume_tokens(&toks).is_ok() && m.is_accepting().unwrap_or(false)
+    }
+
+    #[test]
+    fn a_reasoning_span_may_precede_the_constrained_part() {
+        let c = compiler(StructuredOptions::default());
+        let schema = json!({"type": "object", "properties": {"a": {"type": "integer"}},
+                            "required": ["a"], "additionalProperties": false});
+        let body = json!({"response_format": {"type": "json_schema",
+                          "json_schema": {"name": "x", "schema": schema}}});
+        let mut k = constraint(body).unwrap().unwrap();
+        let json = "{\"a\": 1}";
+        assert!(accepts(&c, &k, json) && !accepts(&c, &k, "x</think>{\"a\": 1}"));
+        k.after_reasoning = Some(ReplyStart::Reasoning);
+        for text in [
+            "</think>{\"a\": 1}",
+            "<think>\nplan: {a}\n</think>\n{\"a\": 1}",
+        ] {
+            assert!(accepts(&c, &k, text), "{text}");
+        }
+        // The span ends at its first `</think>`; without it nothing is constrained yet.
+        assert!(!accepts(&c, &k, json) && !accepts(&c, &k, "a</think>b</think>{\"a\": 1}"));
+        k.after_reasoning = Some(ReplyStart::Content);
+        for (text, ok) in [
+            (json, true),
+            ("<think>p</think>{\"a\": 1}", true),
+            ("p</think>{}", false),
+        ] {
+            assert_eq!(accepts(&c, &k, text), ok, "{text}");
+        }
+        // A span the prompt closed: the constraint from the first token.
+        k.after_reasoning = Some(ReplyStart::Closed);
+        assert!(accepts(&c, &k, json) && !accepts(&c, &k, "<think>p</think>{\"a\": 1}"));
     }
 
     #[test]

@@ -342,6 +342,7 @@ impl Context {
                 hidden_size,
                 lowercase_inputs,
                 tools: Default::default(),
+                reasoning: None,
                 warnings: vec![],
             }),
         })
@@ -353,7 +354,7 @@ impl Context {
     #[pyo3(signature = (model_info, *, served_model_name, max_model_len, tokenizer_path,
                         chat_template, max_tokens_limit, max_beam_width,
                         structured_outputs_config=None, tool_call_parser=None,
-                        enable_auto_tool_choice=false))]
+                        enable_auto_tool_choice=false, reasoning_parser=None))]
     #[allow(clippy::too_many_arguments)]
     fn from_model(
         model_info: &Bound<'_, PyAny>,
@@ -366,6 +367,7 @@ impl Context {
         structured_outputs_config: Option<String>,
         tool_call_parser: Option<String>,
         enable_auto_tool_choice: bool,
+        reasoning_parser: Option<String>,
     ) -> PyResult<Self> {
         let err = |e: anyhow::Error| PyValueError::new_err(format!("{e:#}"));
         let structured =
@@ -381,6 +383,7 @@ impl Context {
             max_beam_width,
             tool_call_parser,
             enable_auto_tool_choice,
+            reasoning_parser,
         };
         let m = model_info;
         macro_rules! read {

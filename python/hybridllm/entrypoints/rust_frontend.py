@@ -112,6 +112,10 @@ def add_frontend_args(parser: argparse.ArgumentParser) -> None:
     add("--enable-auto-tool-choice", action="store_true",
         help="Serve tool_choice \"auto\": the model's own calls are parsed with "
              "--tool-call-parser (required and named choices need neither flag).")
+    add("--reasoning-parser", default=None, choices=["deepseek_r1", "qwen3"],
+        help="How the model marks its reasoning (<think>...</think>): chat replies carry it "
+             "in message.reasoning and delta.reasoning, apart from content "
+             "(docs/tool_calling.md).")
     add("--enable-request-id-headers", action="store_true",
         help="Every response carries X-Request-Id: the request's, or a new one, which then is "
              "the request's id (a request's X-Request-Id always names its response: "
@@ -179,6 +183,7 @@ class ServeOptions:
     structured_outputs_config: dict[str, Any] | None = None
     tool_call_parser: str | None = None
     enable_auto_tool_choice: bool = False
+    reasoning_parser: str | None = None
     enable_request_id_headers: bool = False
 
 
@@ -219,6 +224,7 @@ def frontend_options(args: argparse.Namespace) -> ServeOptions:
         structured_outputs_config=getattr(args, "structured_outputs_config", None),
         tool_call_parser=getattr(args, "tool_call_parser", None),
         enable_auto_tool_choice=getattr(args, "enable_auto_tool_choice", False),
+        reasoning_parser=getattr(args, "reasoning_parser", None),
         enable_request_id_headers=getattr(args, "enable_request_id_headers", False),
     )
 

@@ -1,7 +1,7 @@
 //! The `/v1/responses` request: its fields, those served only in their text-only form, and
 //! its input items read into stored items and chat messages.
 use crate::errors::ApiError;
-use crate::request::{never, nothing, Unhonoured, KV_TRANSFER, MULTIMODAL};
+use crate::request::{never, nothing, Unhonoured, KV_TRANSFER, MULTIMODAL_OPTIONS};
 use crate::structured::{Constraint, TextFormat};
 use crate::validation::{
     range_i, Bound, SamplingRequest, Stop, MAX_TOKENS, MIN_P, REPETITION_PENALTY, TEMPERATURE,
@@ -49,18 +49,25 @@ pub struct ResponsesRequest {
     pub include_stop_str_in_output: Option<bool>,
     /// vLLM's: the response's id, as given (1 to 512 bytes; not one a stored response has).
     pub request_id: Option<String>,
-    /// Echoed in the response object, as vLLM and OpenAI do; with no tools served they ask
-    /// for nothing more. `service_tier`: auto (the default), default, flex, scale, priority.
+    /// Echoed in the response object, as vLLM and OpenAI do. `service_tier`: auto (the
+    /// default), default, flex, scale, priority.
     pub service_tier: Option<String>,
+    /// More than one function call per turn (default true).
     pub parallel_tool_calls: Option<bool>,
+    /// A limit on built-in tools' calls, none of which are served: echoed.
     pub max_tool_calls: Option<i64>,
     /// OpenAI's prefix-cache routing key: one engine serves every request, so its prefix
     /// cache is shared already (cache_salt isolates); echoed.
     pub prompt_cache_key: Option<String>,
+    /// Function tools, `{"type": "function", "name", "description", "parameters",
+    /// "strict"}` (built-in tools are refused), and the choice among them: `none`, `auto`,
+    /// `required` or `{"type": "function", "name": ...}`; read as chat's (docs/tool_calling.md).
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub tools: Option<Value>,
+    #[schema(value_type = Option<Object>)]
+    pub tool_choice: Option<Value>,
     // Refused unless in their text-only form (`check_unsupported`), never ignored.
     pub background: Option<bool>,
-    pub tools: Option<Vec<Value>>,
-    pub tool_choice: Option<Value>,
     pub reasoning: Option<Value>,
     #[schema(value_type = Option<crate::structured::ResponsesText>)]
     pub text: Option<Value>,
@@ -93,16 +100,6 @@ const RESPONSES_UNHONOURED: &[Unhonoured] = &[
         why: "continue a conversation with previous_response_id",
     },
     Unhonoured {
-        field: "media_io_kwargs",
-        neutral: nothing,
-        why: MULTIMODAL,
-    },
-    Unhonoured {
-        field: "mm_processor_kwargs",
-        neutral: nothing,
-        why: MULTIMODAL,
-    },
-    Unhonoured {
         field: "kv_transfer_params",
         neutral: nothing,
         why: KV_TRANSFER,
@@ -122,7 +119,8 @@ const RESPONSES_UNHONOURED: &[Unhonoured] = &[
 const SERVICE_TIERS: [&str; 5] = ["auto", "default", "flex", "scale", "priority"];
 
 impl crate::request::RequestBody for ResponsesRequest {
-    const UNHONOURED: &'static [&'static [Unhonoured]] = &[RESPONSES_UNHONOURED];
+    const UNHONOURED: &'static [&'static [Unhonoured]] =
+        &[RESPONSES_UNHONOURED, MULTIMODAL_OPTIONS];
     const BOUNDS: &'static [(&'static str, Bound)] = &[
         ("max_output_tokens", MAX_TOKENS),
         ("max_tool_calls", MAX_TOKENS),
@@ -164,30 +162,13 @@ impl ResponsesRequest {
             .filter(|f| !f.is_null())
     }
 
-    /// Tools, reasoning, background runs and extra output are not served.
+    /// Reasoning options, background runs and extra output are not served.
     pub fn check_unsupported(&self) -> Result<(), ApiError> {
         let no = |field: &str, why: &str| Err(ApiError::bad_param(field, why));
         if self.background == Some(true) {
             return no(
                 "background",
                 "background is not supported: responses are created in the foreground (background must be false).",
-            );
-        }
-        if self.tools.as_ref().is_some_and(|t| !t.is_empty()) {
-            return no(
-                "tools",
-                "tools is not supported: only text responses are served (tools must be empty).",
-            );
-        }
-        let plain_choice = match &self.tool_choice {
-            None => true,
-            Some(Value::String(s)) => s == "auto" || s == "none",
-            Some(_) => false,
-        };
-        if !plain_choice {
-            return no(
-                "tool_choice",
-                "tool_choice is not supported: no tools are served (tool_choice must be \"auto\" or \"none\").",
             );
         }
         if self.reasoning.as_ref().is_some_and(|r| !r.is_null()) {
@@ -421,9 +402,14 @@ pub fn read_input(input: &Value) -> Result<Input, ApiError> {
         match o.get("type") {
             None | Some(Value::Null) => {}
             Some(Value::String(t)) if t == "message" => {}
+            Some(Value::String(t)) if t == "function_call" || t == "function_call_output" => {
+                tool_item(&mut out, i, o)?;
+                continue;
+            }
             Some(t) => {
                 return Err(bad(format!(
-                    "input[{i}]: item type {} is not supported (only messages).",
+                    "input[{i}]: item type {} is not supported (only messages, function_call \
+                     and function_call_output).",
                     t.as_str()
                         .map_or("<not a string>".to_string(), |t| json!(t).to_string())
                 )))
@@ -470,6 +456,67 @@ pub fn read_input(input: &Value) -> Result<Input, ApiError> {
         out.messages.extend(one.messages);
     }
     Ok(out)
+}
+
+/// A `function_call` item (the assistant's call: a `tool_calls` entry of the assistant message
+/// before it, or of a new one) or a `function_call_output` (a `tool` message answering it).
+fn tool_item(out: &mut Input, i: usize, o: &Map<String, Value>) -> Result<(), ApiError> {
+    let text = |key: &str| match o.get(key) {
+        Some(Value::String(s)) => Ok(s.clone()),
+        _ => Err(ApiError::bad_param(
+            "input",
+            format!("input[{i}].{key} must be a string."),
+        )),
+    };
+    let call_id = text("call_id")?;
+    let mut item = Value::Object(o.clone());
+    let message = if o.get("type").and_then(Value::as_str) == Some("function_call") {
+        let call = json!({"id": call_id, "type": "function",
+                          "function": {"name": text("name")?, "arguments": text("arguments")?}});
+        if !o.contains_key("id") {
+            item["id"] = json!(new_call_item_id());
+        }
+        item["status"] = json!("completed");
+        let last = out.messages.last_mut().filter(|m| m["role"] == "assistant");
+        match last.and_then(|m| m.as_object_mut()) {
+            Some(m) => {
+                let calls = m.entry("tool_calls").or_insert_with(|| json!([]));
+                if let Value::Array(calls) = calls {
+                    calls.push(call);
+                }
+                None
+            }
+            None => Some(json!({"role": "assistant", "content": null, "tool_calls": [call]})),
+        }
+    } else {
+        let output = match o.get("output") {
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Array(parts)) => parts
+                .iter()
+                .map(|p| p.get("text").and_then(Value::as_str))
+                .collect::<Option<Vec<_>>>()
+                .map(|t| t.join("\n"))
+                .ok_or_else(|| {
+                    ApiError::bad_param(
+                        "input",
+                        format!("input[{i}].output must be a string or a list of text parts."),
+                    )
+                })?,
+            _ => text("output")?,
+        };
+        if !o.contains_key("id") {
+            item["id"] = json!(new_call_item_id());
+        }
+        Some(json!({"role": "tool", "tool_call_id": call_id, "content": output}))
+    };
+    out.items.push(item);
+    out.messages.extend(message);
+    Ok(())
+}
+
+/// OpenAI's function call item ids: `fc_<32 hex>`.
+pub fn new_call_item_id() -> String {
+    format!("fc_{}", uuid::Uuid::new_v4().simple())
 }
 
 /// What a plain string becomes: the assistant's own words are output text.

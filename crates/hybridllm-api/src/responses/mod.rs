@@ -1,7 +1,8 @@
-//! OpenAI's Responses API, text only: a request rendered through the chat template like chat
-//! completions (`instructions` as the system message, `previous_response_id` continuing a
-//! stored conversation, `auto` truncation dropping the oldest turns), its named events or its
-//! response object, and the stored responses (GET, DELETE, input items).
+//! OpenAI's Responses API: a request rendered through the chat template like chat completions
+//! (`instructions` as the system message, `previous_response_id` continuing a stored
+//! conversation, `auto` truncation dropping the oldest turns, function tools read by chat's
+//! parsers), its named events or its response object, and the stored responses (GET, DELETE,
+//! input items).
 pub mod input;
 pub mod object;
 
@@ -12,13 +13,18 @@ use crate::prompt::TemplateArgs;
 use crate::response_store::{ResponseStore, StoredResponse};
 use crate::sse::write_named_frame;
 use crate::text_deltas::GenEvent;
+use crate::tools::parsers::{ToolEvent, ToolParser};
+use crate::tools::{self, ToolPlan, ToolShape};
 use crate::usage::{Usage, MAX_REQUEST_ID_LEN};
 use crate::validation::{
     closed, fit_max_tokens, priority, Bound, Constrained, GenParams, GenRequest,
 };
 use bytes::Bytes;
 use input::{read_input, ResponsesRequest};
-use object::{output_text, status, ItemEvent, PartEvent, ResponseHead, TextDelta, TextDone};
+use object::{
+    output_text, status, CallItem, ItemEvent, OutputItem, PartEvent, ResponseHead, TextDelta,
+    TextDone,
+};
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
@@ -42,6 +48,22 @@ pub struct ResponsesCall {
     auto_truncate: bool,
     pub stream: bool,
     to_store: ToStore,
+    /// The tools as chat templates take them (`{"type": "function", "function": {...}}`).
+    template_tools: Option<Value>,
+    /// How the reply's function calls are read, with tools.
+    tools: Option<ToolPlan>,
+}
+
+/// Responses' flat function tools in chat's shape, for the template.
+fn chat_shaped(tools: &Value) -> Value {
+    let list = tools.as_array().map(Vec::as_slice).unwrap_or_default();
+    list.iter()
+        .map(|t| {
+            let mut f = t.as_object().cloned().unwrap_or_default();
+            f.remove("type");
+            json!({"type": "function", "function": f})
+        })
+        .collect()
 }
 
 impl Constrained for ResponsesCall {
@@ -87,6 +109,29 @@ impl ResponsesCall {
         let sampling = req.sampling(ctx.max_tokens_limit)?;
         let mut params = sampling.validate(None, ctx.vocab_size)?;
         params.constrain(req.text_constraint()?)?;
+        let mut tool_plan = tools::plan_in(
+            ToolShape::Flat,
+            &ctx.tools,
+            req.tools.as_ref(),
+            req.tool_choice.as_ref(),
+            req.parallel_tool_calls,
+        )?;
+        if let Some(plan) = &mut tool_plan {
+            if let Some(c) = plan.constraint.take() {
+                if params.constraint.is_some() {
+                    return Err(ApiError::bad_param(
+                        "tool_choice",
+                        "tool_choice cannot force a call together with text.format: both \
+                         constrain the output.",
+                    ));
+                }
+                params.constrain(Some(c))?;
+            }
+            // As on chat: a format's tags may be special tokens.
+            if req.skip_special_tokens.is_none() {
+                params.decode.skip_special_tokens = false;
+            }
+        }
         params.priority = priority(req.priority, ctx.priority_scheduling)?;
         let previous = match &req.previous_response_id {
             Some(id) => Some(store.get(id, owner.as_deref()).ok_or_else(|| {
@@ -95,6 +140,11 @@ impl ResponsesCall {
             None => None,
         };
         let input = read_input(&req.input)?;
+        let template_tools = req
+            .tools
+            .as_ref()
+            .filter(|t| t.as_array().is_some_and(|a| !a.is_empty()))
+            .map(chat_shaped);
         let mut conversation = previous.map_or_else(Vec::new, |p| p.conversation.clone());
         conversation.extend(input.messages);
         Ok(ResponsesCall {
@@ -108,6 +158,8 @@ impl ResponsesCall {
                 input_items: input.items,
                 conversation,
             },
+            template_tools,
+            tools: tool_plan,
         })
     }
 
@@ -119,7 +171,11 @@ impl ResponsesCall {
             messages.push(json!({"role": "system", "content": s}));
         }
         messages.extend_from_slice(&conversation[first..]);
-        ctx.render_prompt(&messages, &TemplateArgs::default(), true)
+        let args = TemplateArgs {
+            tools: self.template_tools.clone(),
+            ..TemplateArgs::default()
+        };
+        ctx.render_prompt(&messages, &args, true)
     }
 
     /// The max_tokens to send when that prompt (of `prompt_len` tokens) fits; None when it
@@ -152,6 +208,12 @@ impl ResponsesCall {
             usage: Usage::new(vec![ids.len()]),
             out: Events::new(),
             text: String::new(),
+            message_at: None,
+            tools: self.tools.map(|plan| OutputTools {
+                parallel: plan.parallel,
+                parser: plan.format.parser(),
+                calls: vec![],
+            }),
             finish: "abort",
             stream: self.stream,
             to_store: Some(self.to_store),
@@ -225,6 +287,42 @@ impl Events {
     }
 }
 
+/// A function call read from the reply.
+struct Call {
+    /// The item's id (`fc_...`) and the call's (`call_...`), which a tool's output answers.
+    id: String,
+    call_id: String,
+    name: String,
+    arguments: String,
+    output_index: u32,
+}
+
+impl Call {
+    fn item(&self, status: &'static str) -> OutputItem<'_> {
+        OutputItem::Call(CallItem {
+            kind: "function_call",
+            id: &self.id,
+            call_id: &self.call_id,
+            name: &self.name,
+            arguments: if status == "in_progress" {
+                ""
+            } else {
+                &self.arguments
+            },
+            status,
+        })
+    }
+}
+
+/// The function calls of a response with tools: chat's parser for the format, and the calls
+/// read so far.
+struct OutputTools {
+    /// Without it, calls after the first are dropped.
+    parallel: bool,
+    parser: Box<dyn ToolParser>,
+    calls: Vec<Call>,
+}
+
 /// The response of one Responses request, from its engine events: streamed, the named events
 /// in OpenAI's order, each with the next `sequence_number` (written into a buffer that the
 /// shell takes before it waits for more); or, not streamed, the response object.
@@ -232,39 +330,124 @@ pub struct ResponsesResponse {
     head: ResponseHead,
     usage: Usage,
     out: Events,
+    /// The message's text.
     text: String,
+    /// The message item's place in `output`, once opened: at once without tools, at its first
+    /// text with them (a reply that is only calls has none).
+    message_at: Option<u32>,
+    tools: Option<OutputTools>,
     finish: &'static str,
     pub stream: bool,
     to_store: Option<ToStore>,
 }
 
 impl ResponsesResponse {
-    /// The four events that open the stream.
+    /// The events that open the stream (and, without tools, its message item).
     pub fn opening(&mut self) {
         let pending = self.head.object("in_progress", &[], &Value::Null);
         self.out.with_response("response.created", &*pending);
         self.out.with_response("response.in_progress", &*pending);
         drop(pending);
+        if self.tools.is_none() {
+            self.open_message();
+        }
+    }
+
+    /// The message item's output index (its added events written when it opens now).
+    fn open_message(&mut self) -> u32 {
+        if let Some(at) = self.message_at {
+            return at;
+        }
+        let at = self.tools.as_ref().map_or(0, |t| t.calls.len() as u32);
+        self.message_at = Some(at);
         let head = &self.head;
         self.out
             .push("response.output_item.added", |sequence_number| ItemEvent {
-                output_index: 0,
-                item: head.item("in_progress", None),
+                output_index: at,
+                item: OutputItem::Message(head.item("in_progress", None)),
                 kind: "response.output_item.added",
                 sequence_number,
             });
         self.out
             .push("response.content_part.added", |sequence_number| PartEvent {
                 item_id: &head.item_id,
-                output_index: 0,
+                output_index: at,
                 content_index: 0,
                 part: output_text(""),
                 kind: "response.content_part.added",
                 sequence_number,
             });
+        at
     }
 
-    /// One engine event: a text delta event when it carries text.
+    /// Message text: appended, and its delta event written.
+    fn message_text(&mut self, delta: &str) {
+        let at = self.open_message();
+        self.text.push_str(delta);
+        let item_id = &self.head.item_id;
+        self.out
+            .push("response.output_text.delta", |sequence_number| TextDelta {
+                kind: "response.output_text.delta",
+                sequence_number,
+                item_id,
+                output_index: at,
+                content_index: 0,
+                delta,
+                logprobs: [],
+            });
+    }
+
+    /// A piece of the reply (and its end, when `fin`) read for calls: content goes to the
+    /// message, calls to their own items, each event written as it is known.
+    fn read_calls(&mut self, text: &str, fin: bool) {
+        let Some(t) = &mut self.tools else {
+            return self.message_text(text);
+        };
+        let mut events = t.parser.push(text);
+        if fin {
+            events.extend(t.parser.finish());
+        }
+        for e in events {
+            let Some(t) = &mut self.tools else { return };
+            match e {
+                ToolEvent::Content(c) if !c.is_empty() => self.message_text(&c),
+                ToolEvent::Content(_) => {}
+                ToolEvent::Start { index, .. } | ToolEvent::Args { index, .. }
+                    if index > 0 && !t.parallel => {}
+                ToolEvent::Start { name, .. } => {
+                    let hex = || uuid::Uuid::new_v4().simple().to_string();
+                    let call = Call {
+                        id: format!("fc_{}", hex()),
+                        call_id: format!("call_{}", hex()),
+                        name,
+                        arguments: String::new(),
+                        output_index: t.calls.len() as u32 + u32::from(self.message_at.is_some()),
+                    };
+                    self.out
+                        .push("response.output_item.added", |sequence_number| ItemEvent {
+                            output_index: call.output_index,
+                            item: call.item("in_progress"),
+                            kind: "response.output_item.added",
+                            sequence_number,
+                        });
+                    t.calls.push(call);
+                }
+                ToolEvent::Args { index, text } => {
+                    let Some(call) = t.calls.get_mut(index) else {
+                        continue;
+                    };
+                    call.arguments.push_str(&text);
+                    self.out.event(
+                        "response.function_call_arguments.delta",
+                        json!({"item_id": call.id, "output_index": call.output_index,
+                               "delta": text}),
+                    );
+                }
+            }
+        }
+    }
+
+    /// One engine event: its text's events.
     pub fn event(&mut self, p: usize, ev: &GenEvent) {
         let o = match ev {
             GenEvent::Prompt(info) => return self.usage.on_prompt(p, info),
@@ -274,21 +457,9 @@ impl ResponsesResponse {
         if let Some(f) = &o.finish {
             self.finish = f.reason;
         }
-        if o.text.is_empty() {
-            return;
+        if !o.text.is_empty() || (o.finish.is_some() && self.tools.is_some()) {
+            self.read_calls(&o.text, o.finish.is_some());
         }
-        self.text.push_str(&o.text);
-        let item_id = &self.head.item_id;
-        self.out
-            .push("response.output_text.delta", |sequence_number| TextDelta {
-                kind: "response.output_text.delta",
-                sequence_number,
-                item_id,
-                output_index: 0,
-                content_index: 0,
-                delta: &o.text,
-                logprobs: [],
-            });
     }
 
     /// The events written since the last take (None: none).
@@ -306,39 +477,86 @@ impl ResponsesResponse {
         self.out.take()
     }
 
-    /// The four events that close the stream (the response stored if asked for).
+    /// The output items, in their order (a reply with no text and no call has an empty
+    /// message).
+    fn output(&self, st: &'static str) -> Vec<OutputItem<'_>> {
+        let calls = self.tools.as_ref().map_or(&[][..], |t| &t.calls[..]);
+        let mut items: Vec<(u32, OutputItem<'_>)> = calls
+            .iter()
+            .map(|c| (c.output_index, c.item("completed")))
+            .collect();
+        if self.message_at.is_some() || calls.is_empty() {
+            let at = self.message_at.unwrap_or(0);
+            items.push((
+                at,
+                OutputItem::Message(self.head.item(st, Some(&self.text))),
+            ));
+        }
+        items.sort_by_key(|(at, _)| *at);
+        items.into_iter().map(|(_, item)| item).collect()
+    }
+
+    /// The events that close the stream, item by item in output order, then the response
+    /// (stored if asked for).
     pub fn closing(&mut self, store: &ResponseStore) -> Bytes {
-        let (head, text) = (&self.head, self.text.as_str());
-        let part = |kind, text, sequence_number| PartEvent {
-            item_id: &head.item_id,
-            output_index: 0,
-            content_index: 0,
-            part: output_text(text),
-            kind,
-            sequence_number,
-        };
-        self.out
-            .push("response.output_text.done", |sequence_number| TextDone {
-                item_id: &head.item_id,
-                output_index: 0,
-                content_index: 0,
-                text,
-                logprobs: [],
-                kind: "response.output_text.done",
-                sequence_number,
-            });
-        self.out.push("response.content_part.done", |n| {
-            part("response.content_part.done", text, n)
-        });
+        let no_calls = self.tools.as_ref().is_none_or(|t| t.calls.is_empty());
+        if no_calls {
+            self.open_message();
+        }
         let st = status(self.finish);
-        self.out
-            .push("response.output_item.done", |sequence_number| ItemEvent {
-                output_index: 0,
-                item: head.item(st, Some(text)),
-                kind: "response.output_item.done",
-                sequence_number,
-            });
-        let done = head.finished(text, self.finish, &self.usage.to_responses_json());
+        let (head, text) = (&self.head, self.text.as_str());
+        let mut order: Vec<(u32, Option<&Call>)> =
+            self.message_at.map(|at| (at, None)).into_iter().collect();
+        if let Some(t) = &self.tools {
+            order.extend(t.calls.iter().map(|c| (c.output_index, Some(c))));
+        }
+        order.sort_by_key(|(at, _)| *at);
+        for (at, call) in order {
+            let Some(c) = call else {
+                self.out
+                    .push("response.output_text.done", |sequence_number| TextDone {
+                        item_id: &head.item_id,
+                        output_index: at,
+                        content_index: 0,
+                        text,
+                        logprobs: [],
+                        kind: "response.output_text.done",
+                        sequence_number,
+                    });
+                self.out
+                    .push("response.content_part.done", |sequence_number| PartEvent {
+                        item_id: &head.item_id,
+                        output_index: at,
+                        content_index: 0,
+                        part: output_text(text),
+                        kind: "response.content_part.done",
+                        sequence_number,
+                    });
+                self.out
+                    .push("response.output_item.done", |sequence_number| ItemEvent {
+                        output_index: at,
+                        item: OutputItem::Message(head.item(st, Some(text))),
+                        kind: "response.output_item.done",
+                        sequence_number,
+                    });
+                continue;
+            };
+            self.out.event(
+                "response.function_call_arguments.done",
+                json!({"item_id": c.id, "output_index": at, "name": c.name,
+                       "arguments": c.arguments}),
+            );
+            self.out
+                .push("response.output_item.done", |sequence_number| ItemEvent {
+                    output_index: at,
+                    item: c.item("completed"),
+                    kind: "response.output_item.done",
+                    sequence_number,
+                });
+        }
+        let done = self
+            .head
+            .object(st, &self.output(st), &self.usage.to_responses_json());
         let last = if st == "incomplete" {
             "response.incomplete"
         } else {
@@ -352,12 +570,13 @@ impl ResponsesResponse {
     /// The response object of a request that is not streamed (stored if asked for).
     pub fn body(&mut self, c: Collected, store: &ResponseStore) -> String {
         let choice = &c.choices[0];
-        self.text.clone_from(&choice.text);
-        let obj = self.head.finished(
-            &choice.text,
-            choice.finish.reason,
-            &c.usage.to_responses_json(),
-        );
+        // The stream's reading, its events dropped.
+        self.read_calls(&choice.text, true);
+        self.out.buf.clear();
+        let st = status(choice.finish.reason);
+        let obj = self
+            .head
+            .object(st, &self.output(st), &c.usage.to_responses_json());
         let body = obj.get().to_owned();
         self.store(store, obj);
         body
@@ -368,7 +587,18 @@ impl ResponsesResponse {
             return;
         };
         let mut conversation = s.conversation;
-        conversation.push(json!({"role": "assistant", "content": self.text}));
+        let calls = self.tools.as_ref().map_or(&[][..], |t| &t.calls[..]);
+        let mut reply = json!({"role": "assistant", "content": self.text});
+        if !calls.is_empty() {
+            reply["tool_calls"] = calls
+                .iter()
+                .map(|c| {
+                    json!({"id": c.call_id, "type": "function",
+                                "function": {"name": c.name, "arguments": c.arguments}})
+                })
+                .collect();
+        }
+        conversation.push(reply);
         store.put(
             self.head.id.clone(),
             StoredResponse {
@@ -460,4 +690,137 @@ pub fn input_items(
         "last_id": items.last().map(|i| &i["id"]),
         "has_more": has_more,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregate::Collector;
+    use crate::context::test_context;
+    use crate::request::parse_body;
+    use crate::sequence_text::Finish;
+    use crate::text_deltas::SeqOutput;
+
+    fn output(text: &str, finish: bool) -> GenEvent {
+        GenEvent::Output(SeqOutput {
+            index: 0,
+            text: text.into(),
+            num_tokens: 1,
+            logprobs: vec![],
+            finish: finish.then(|| Finish {
+                reason: "stop",
+                stop_reason: Value::Null,
+            }),
+        })
+    }
+
+    /// The named events of a stream's bytes: (name, data).
+    fn events(b: &[u8]) -> Vec<(String, Value)> {
+        std::str::from_utf8(b)
+            .unwrap()
+            .split("\n\n")
+            .filter(|f| !f.is_empty())
+            .map(|f| {
+                let (name, data) = f.split_once('\n').unwrap();
+                let name = name.strip_prefix("event: ").unwrap().to_string();
+                (
+                    name,
+                    serde_json::from_str(data.strip_prefix("data: ").unwrap()).unwrap(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn function_calls_stream_and_collect_alike() {
+        let mut ctx = test_context();
+        ctx.tools = crate::tools::ToolOptions::new(Some("hermes"), true).unwrap();
+        let body = json!({"input": "Hello", "stream": true, "store": false,
+                          "tools": [{"type": "function", "name": "f"},
+                                    {"type": "function", "name": "g"}]});
+        let store = ResponseStore::new(4);
+        let new = || {
+            let req = parse_body::<ResponsesRequest>(body.to_string().as_bytes()).unwrap();
+            let call = ResponsesCall::new(&ctx, req, &store, None).unwrap();
+            call.plan(&ctx, vec![1], 8).unwrap().1
+        };
+        let text = "Hi <tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>\
+                    <tool_call>{\"name\": \"g\", \"arguments\": {\"a\": 1}}</tool_call>";
+        let mut resp = new();
+        resp.opening();
+        resp.event(0, &output("Hi <tool_", false));
+        resp.event(0, &output(&text["Hi <tool_".len()..], true));
+        let mut bytes = resp.take().unwrap().to_vec();
+        bytes.extend_from_slice(&resp.closing(&store));
+        let evs = events(&bytes);
+        let names: Vec<&str> = evs.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "response.created",
+                "response.in_progress",
+                "response.output_item.added", // the message, at its first text
+                "response.content_part.added",
+                "response.output_text.delta",
+                "response.output_item.added", // f
+                "response.function_call_arguments.delta",
+                "response.output_item.added", // g
+                "response.function_call_arguments.delta",
+                "response.output_text.done",
+                "response.content_part.done",
+                "response.output_item.done",
+                "response.function_call_arguments.done",
+                "response.output_item.done",
+                "response.function_call_arguments.done",
+                "response.output_item.done",
+                "response.completed",
+            ]
+        );
+        let seq: Vec<u64> = evs
+            .iter()
+            .map(|(_, d)| d["sequence_number"].as_u64().unwrap())
+            .collect();
+        assert_eq!(seq, (0..17).collect::<Vec<u64>>());
+        assert_eq!(evs[4].1["delta"], "Hi ");
+        assert_eq!(
+            (&evs[5].1["output_index"], &evs[5].1["item"]["name"]),
+            (&json!(1), &json!("f"))
+        );
+        assert_eq!(evs[8].1["delta"], "{\"a\": 1}");
+        assert_eq!(evs[14].1["arguments"], "{\"a\": 1}");
+        let streamed = evs[16].1["response"]["output"].clone();
+        // Not streamed: the same items (their ids aside).
+        let mut resp = new();
+        let mut col = Collector::new(1, vec![1]);
+        col.push(&ctx.tokenizer, 0, output(text, true));
+        let whole: Value = serde_json::from_str(&resp.body(col.finish(), &store)).unwrap();
+        let strip = |items: &Value| -> Vec<Value> {
+            let mut items = items.as_array().unwrap().clone();
+            for i in &mut items {
+                let o = i.as_object_mut().unwrap();
+                assert!(o.remove("id").is_some());
+                if o["type"] == "function_call" {
+                    assert!(o
+                        .remove("call_id")
+                        .unwrap()
+                        .as_str()
+                        .unwrap()
+                        .starts_with("call_"));
+                }
+            }
+            items
+        };
+        assert_eq!(strip(&whole["output"]), strip(&streamed));
+        assert_eq!(
+            strip(&streamed),
+            vec![
+                json!({"type": "message", "status": "completed", "role": "assistant",
+                       "content": [{"type": "output_text", "text": "Hi ", "annotations": []}]}),
+                json!({"type": "function_call", "name": "f", "arguments": "{}",
+                       "status": "completed"}),
+                json!({"type": "function_call", "name": "g", "arguments": "{\"a\": 1}",
+                       "status": "completed"}),
+            ]
+        );
+    }
 }

@@ -1,5 +1,5 @@
-//! The response object of the Responses API and its streamed events (OpenAI's shapes for
-//! text-only responses: one assistant `message` item with one `output_text` part).
+//! The response object of the Responses API and its streamed events (OpenAI's shapes: an
+//! assistant `message` item with one `output_text` part, and `function_call` items).
 use super::input::{new_item_id, ResponsesRequest};
 use crate::usage::now;
 use serde::Serialize;
@@ -36,6 +36,8 @@ pub struct ResponseHead {
     prompt_cache_key: Option<String>,
     /// `text.format` as the request gave it (`{"type": "text"}` by default).
     text_format: Value,
+    /// The request's tools, as given.
+    tools: Value,
 }
 
 /// How a response ended: `length` is OpenAI's `incomplete` (max_output_tokens).
@@ -70,13 +72,13 @@ struct Object<'a> {
     max_tool_calls: Option<i64>,
     prompt_cache_key: Option<&'a str>,
     tool_choice: &'a Value,
-    tools: [u8; 0],
+    tools: &'a Value,
     reasoning: Reasoning,
     text: TextConfig<'a>,
     error: Option<()>,
     status: &'a str,
     incomplete_details: Option<Incomplete>,
-    output: &'a [Item<'a>],
+    output: &'a [OutputItem<'a>],
     usage: &'a Value,
 }
 
@@ -96,6 +98,27 @@ struct TextConfig<'a> {
 #[derive(Serialize)]
 struct Incomplete {
     reason: &'static str,
+}
+
+/// An item of `output`.
+#[derive(Serialize)]
+#[serde(untagged)]
+pub enum OutputItem<'a> {
+    Message(Item<'a>),
+    Call(CallItem<'a>),
+}
+
+/// A `function_call` item: the model's call of a function tool.
+#[derive(Serialize)]
+pub struct CallItem<'a> {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub id: &'a str,
+    pub call_id: &'a str,
+    pub name: &'a str,
+    /// JSON text (empty while in progress).
+    pub arguments: &'a str,
+    pub status: &'a str,
 }
 
 /// The assistant `message` item: no content while in progress, else its one text part.
@@ -168,12 +191,13 @@ impl ResponseHead {
                 .text_format()
                 .cloned()
                 .unwrap_or_else(|| json!({"type": "text"})),
+            tools: req.tools.clone().unwrap_or_else(|| json!([])),
         }
     }
 
     /// The response object, serialized once (events, body and store share it) from borrows.
     /// `output` empty and `usage` null while in progress.
-    pub fn object(&self, status: &str, output: &[Item<'_>], usage: &Value) -> Box<RawValue> {
+    pub fn object(&self, status: &str, output: &[OutputItem<'_>], usage: &Value) -> Box<RawValue> {
         let object = Object {
             id: &self.id,
             object: "response",
@@ -194,7 +218,7 @@ impl ResponseHead {
             max_tool_calls: self.max_tool_calls,
             prompt_cache_key: self.prompt_cache_key.as_deref(),
             tool_choice: &self.tool_choice,
-            tools: [],
+            tools: &self.tools,
             reasoning: Reasoning {
                 effort: None,
                 summary: None,
@@ -223,12 +247,6 @@ impl ResponseHead {
             content: text.map(output_text),
         }
     }
-
-    /// The finished response with its one message.
-    pub fn finished(&self, text: &str, finish_reason: &str, usage: &Value) -> Box<RawValue> {
-        let st = status(finish_reason);
-        self.object(st, &[self.item(st, Some(text))], usage)
-    }
 }
 
 /// `response.output_text.delta`, serialized without a JSON tree per token.
@@ -248,7 +266,7 @@ pub struct TextDelta<'a> {
 #[derive(Serialize)]
 pub struct ItemEvent<'a> {
     pub output_index: u32,
-    pub item: Item<'a>,
+    pub item: OutputItem<'a>,
     #[serde(rename = "type")]
     pub kind: &'static str,
     pub sequence_number: u64,

@@ -9,6 +9,8 @@ pub struct FunctionTool {
     pub name: String,
     /// Its `parameters` schema (`{"type": "object", "properties": {}}` when absent).
     pub parameters: Value,
+    /// Where the request has it (`tools[i].function`, or `tools[i]` when flat).
+    pub path: String,
 }
 
 fn bad(param: &str, message: impl Into<String>) -> ApiError {
@@ -71,8 +73,24 @@ fn check_schema(s: &Value, path: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// The request's `tools`: function tools with unique names and schemas.
+/// Where a tool's function is written: chat's `{"type": "function", "function": {"name",
+/// ...}}`, or the Responses API's flat `{"type": "function", "name", ...}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolShape {
+    Chat,
+    Flat,
+}
+
+/// The request's `tools` (chat's shape): function tools with unique names and schemas.
 pub fn read_tools(tools: Option<&Value>) -> Result<Vec<FunctionTool>, ApiError> {
+    read_tools_in(ToolShape::Chat, tools)
+}
+
+/// The request's `tools` in `shape`; refusals name the field where that shape has it.
+pub fn read_tools_in(
+    shape: ToolShape,
+    tools: Option<&Value>,
+) -> Result<Vec<FunctionTool>, ApiError> {
     let list = match tools {
         None | Some(Value::Null) => return Ok(vec![]),
         Some(Value::Array(a)) => a,
@@ -100,25 +118,28 @@ pub fn read_tools(tools: Option<&Value>) -> Result<Vec<FunctionTool>, ApiError> 
                 ))
             }
         }
-        let Some(f) = t.get("function").filter(|f| f.is_object()) else {
-            let fp = format!("{p}.function");
-            return Err(bad(&fp, format!("{fp} must be an object with a name.")));
-        };
-        let name = match f.get("name") {
-            Some(Value::String(n)) if !n.is_empty() => n.clone(),
-            _ => {
-                let np = format!("{p}.function.name");
-                return Err(bad(&np, format!("{np} must be a non-empty string.")));
+        let (f, fp) = match shape {
+            ToolShape::Flat => (t, p.clone()),
+            ToolShape::Chat => {
+                let fp = format!("{p}.function");
+                match t.get("function").filter(|f| f.is_object()) {
+                    Some(f) => (f, fp),
+                    None => return Err(bad(&fp, format!("{fp} must be an object with a name."))),
+                }
             }
         };
+        let np = format!("{fp}.name");
+        let name = match f.get("name") {
+            Some(Value::String(n)) if !n.is_empty() => n.clone(),
+            _ => return Err(bad(&np, format!("{np} must be a non-empty string."))),
+        };
         if !seen.insert(name.clone()) {
-            let np = format!("{p}.function.name");
             return Err(bad(
                 &np,
                 format!("tool names must be unique: {name:?} is given twice."),
             ));
         }
-        let pp = format!("{p}.function.parameters");
+        let pp = format!("{fp}.parameters");
         let parameters = match f.get("parameters") {
             None | Some(Value::Null) => json!({"type": "object", "properties": {}}),
             Some(s) => {
@@ -127,10 +148,14 @@ pub fn read_tools(tools: Option<&Value>) -> Result<Vec<FunctionTool>, ApiError> 
             }
         };
         if let Some(strict) = f.get("strict").filter(|s| !s.is_null() && !s.is_boolean()) {
-            let sp = format!("{p}.function.strict");
+            let sp = format!("{fp}.strict");
             return Err(bad(&sp, format!("{sp} must be a boolean, got {strict}.")));
         }
-        out.push(FunctionTool { name, parameters });
+        out.push(FunctionTool {
+            name,
+            parameters,
+            path: fp,
+        });
     }
     Ok(out)
 }

@@ -11,7 +11,7 @@ pub mod stream;
 
 use crate::errors::ApiError;
 use crate::structured::{Constraint, Kind};
-pub use definitions::{read_tools, FunctionTool};
+pub use definitions::{read_tools, read_tools_in, FunctionTool, ToolShape};
 use parsers::ToolFormat;
 use serde_json::Value;
 
@@ -72,8 +72,39 @@ const NAMED_USAGE: &str =
 
 /// `tool_choice` as given (absent: `auto` when there are tools, else `none`).
 pub fn read_choice(choice: Option<&Value>, tools: &[FunctionTool]) -> Result<ToolChoice, ApiError> {
+    read_choice_in(ToolShape::Chat, choice, tools)
+}
+
+/// The Responses API's `tool_choice`: `{"type": "function", "name": ...}` names a tool; any
+/// other type is a built-in tool's, which is not served.
+fn read_flat_choice(o: &serde_json::Map<String, Value>) -> Result<ToolChoice, ApiError> {
+    let p = "tool_choice";
+    match o.get("type").and_then(Value::as_str) {
+        Some("function") => match o.get("name") {
+            Some(Value::String(n)) if !n.is_empty() => Ok(ToolChoice::Named(n.clone())),
+            _ => Err(bad(
+                p,
+                "Expected field `name` in `tool_choice`. Correct usage:                  `{\"type\": \"function\", \"name\": \"my_function\"}`",
+            )),
+        },
+        t => Err(bad(
+            p,
+            format!(
+                "tool_choice of type {} is not supported: only function tools are served.",
+                t.map_or("<missing>".to_string(), |t| format!("{t:?}"))
+            ),
+        )),
+    }
+}
+
+fn read_choice_in(
+    shape: ToolShape,
+    choice: Option<&Value>,
+    tools: &[FunctionTool],
+) -> Result<ToolChoice, ApiError> {
     let p = "tool_choice";
     let c = match choice {
+        Some(Value::Object(o)) if shape == ToolShape::Flat => read_flat_choice(o)?,
         None | Some(Value::Null) if tools.is_empty() => ToolChoice::None,
         None | Some(Value::Null) => ToolChoice::Auto,
         Some(Value::String(s)) => match s.as_str() {
@@ -128,15 +159,26 @@ pub fn read_choice(choice: Option<&Value>, tools: &[FunctionTool]) -> Result<Too
     Ok(c)
 }
 
-/// What a request's tools ask of its response (None: no call is parsed).
+/// What a chat request's tools ask of its response (None: no call is parsed).
 pub fn plan(
     opts: &ToolOptions,
     tools: Option<&Value>,
     choice: Option<&Value>,
     parallel: Option<bool>,
 ) -> Result<Option<ToolPlan>, ApiError> {
-    let tools = read_tools(tools)?;
-    let choice = read_choice(choice, &tools)?;
+    plan_in(ToolShape::Chat, opts, tools, choice, parallel)
+}
+
+/// What a request's tools, written in `shape`, ask of its response.
+pub fn plan_in(
+    shape: ToolShape,
+    opts: &ToolOptions,
+    tools: Option<&Value>,
+    choice: Option<&Value>,
+    parallel: Option<bool>,
+) -> Result<Option<ToolPlan>, ApiError> {
+    let tools = read_tools_in(shape, tools)?;
+    let choice = read_choice_in(shape, choice, &tools)?;
     let parallel = parallel.unwrap_or(true);
     let allowed: Vec<&FunctionTool> = match &choice {
         ToolChoice::None => return Ok(None),
@@ -165,9 +207,8 @@ pub fn plan(
     let parts = allowed
         .iter()
         .map(|t| {
-            let i = tools.iter().position(|x| x.name == t.name).unwrap_or(0);
             Constraint::new(
-                &format!("tools[{i}].function.parameters"),
+                &format!("{}.parameters", t.path),
                 Kind::Json(t.parameters.clone()),
             )
         })

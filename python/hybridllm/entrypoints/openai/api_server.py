@@ -46,7 +46,7 @@ async def build_state(engine: EngineClient, options: ServeOptions) -> AppState:
             chat_template=options.chat_template, max_tokens_limit=options.max_tokens_limit,
             max_beam_width=options.max_beam_width,
             structured_outputs_config=json.dumps(options.structured_outputs_config),
-            tool_call_parser=options.tool_call_parser,
+            tool_call_parser=options.tool_call_parser, reasoning_parser=options.reasoning_parser,
             enable_auto_tool_choice=options.enable_auto_tool_choice)
     except ValueError as e:
         raise RuntimeError(str(e)) from None
