@@ -1,6 +1,7 @@
 """The OpenAI Agents SDK (`openai-agents`) runs an agent with one function tool against each
-frontend: the first turn is forced with tool_choice "required", the tool runs, and its
-result goes back to the model, which answers."""
+frontend, over chat completions and over the Responses API: the first turn is forced with
+tool_choice "required", the tool runs, and its result goes back to the model, which
+answers."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from agents import (
     Agent,
     ModelSettings,
     OpenAIChatCompletionsModel,
+    OpenAIResponsesModel,
     Runner,
     function_tool,
     set_tracing_disabled,
@@ -21,8 +23,11 @@ from openai import AsyncOpenAI
 set_tracing_disabled(True)  # no network here: the SDK would upload traces
 
 
+@pytest.mark.parametrize("api", [OpenAIChatCompletionsModel, OpenAIResponsesModel],
+                         ids=["chat", "responses"])
 @pytest.mark.parametrize("kind", ["rust", "python"])
-def test_an_agent_calls_its_tool_and_uses_the_result(served: dict, kind: str) -> None:
+def test_an_agent_calls_its_tool_and_uses_the_result(served: dict, kind: str,
+                                                     api: type) -> None:
     calls: list[str] = []
 
     @function_tool
@@ -37,7 +42,7 @@ def test_an_agent_calls_its_tool_and_uses_the_result(served: dict, kind: str) ->
         agent = Agent(
             name="weather", instructions="Answer with the weather tool.",
             tools=[get_weather],
-            model=OpenAIChatCompletionsModel(model=model_name, openai_client=client),
+            model=api(model=model_name, openai_client=client),
             # Forced on the first turn; the SDK sets it back to auto after the call.
             model_settings=ModelSettings(tool_choice="required", temperature=0,
                                          max_tokens=60, parallel_tool_calls=False))

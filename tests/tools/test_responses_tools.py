@@ -3,20 +3,16 @@ and a named tool are enforced over a quarter of the tool catalog (chat's test_fo
 walks all of it through the same grammar), streamed and not (function_call items,
 their argument deltas adding up to the item's arguments); a call's output goes back as a
 `function_call_output` item, given inline or after `previous_response_id`; built-in tools
-and unknown names are refused; the Agents SDK's Responses model runs a tool turn."""
+and unknown names are refused. (The Agents SDK's Responses model: test_agents_sdk.py.)"""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
 import jsonschema
 import openai
 import pytest
-from agents import Agent, ModelSettings, OpenAIResponsesModel, Runner, function_tool
-from agents.items import ToolCallOutputItem
-from openai import AsyncOpenAI
 
 from tests.tools.catalog import TOOLS, parameters
 
@@ -143,31 +139,3 @@ def test_bad_tools_are_refused(served: dict, kind: str) -> None:
         400, "input", "input[0].call_id must be a string.")
     assert error(tools=[WEATHER], tool_choice="required",
                  text={"format": {"type": "json_object"}})[:2] == (400, "tool_choice")
-
-
-@pytest.mark.parametrize("kind", KINDS)
-def test_an_agent_on_the_responses_api_calls_its_tool(served: dict, kind: str) -> None:
-    calls: list[str] = []
-
-    @function_tool
-    def get_weather(city: str) -> str:
-        """The weather in a city."""
-        calls.append(city)
-        return f"It is 21 degrees and sunny in {city}."
-
-    async def run() -> Any:
-        client = AsyncOpenAI(base_url=served[kind].url + "/v1", api_key="x", max_retries=0)
-        model_name = (await client.models.list()).data[0].id
-        agent = Agent(
-            name="weather", instructions="Answer with the weather tool.", tools=[get_weather],
-            model=OpenAIResponsesModel(model=model_name, openai_client=client),
-            model_settings=ModelSettings(tool_choice="required", temperature=0,
-                                         max_tokens=60, parallel_tool_calls=False))
-        return await Runner.run(agent, "What is the weather in Paris?", max_turns=4)
-
-    result = asyncio.run(run())
-    assert len(calls) == 1 and calls[0], calls
-    outputs = [i for i in result.new_items if isinstance(i, ToolCallOutputItem)]
-    assert [o.output for o in outputs] == [f"It is 21 degrees and sunny in {calls[0]}."]
-    assert len(result.raw_responses) == 2
-    assert isinstance(result.final_output, str) and result.final_output
