@@ -104,6 +104,10 @@ fn read_choice_in(
 ) -> Result<ToolChoice, ApiError> {
     let p = "tool_choice";
     let c = match choice {
+        // OpenAI's Responses default: "auto" with no tools asks for nothing.
+        Some(Value::String(s)) if shape == ToolShape::Flat && s == "auto" && tools.is_empty() => {
+            ToolChoice::None
+        }
         Some(Value::Object(o)) if shape == ToolShape::Flat => read_flat_choice(o)?,
         None | Some(Value::Null) if tools.is_empty() => ToolChoice::None,
         None | Some(Value::Null) => ToolChoice::Auto,

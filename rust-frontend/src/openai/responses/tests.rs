@@ -242,7 +242,7 @@ async fn store_false_is_not_kept() {
 async fn unsupported_fields_are_refused_by_name() {
     let cases = [
         (json!({"background": true}), "background"),
-        (json!({"tools": [{"type": "web_search"}]}), "tools"),
+        (json!({"tools": [{"type": "web_search"}]}), "tools[0].type"),
         (json!({"tool_choice": "required"}), "tool_choice"),
         (json!({"reasoning": {"effort": "low"}}), "reasoning"),
         // A format without its schema (the served forms: tests/conformance/test_structured.py).
