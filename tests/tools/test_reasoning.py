@@ -131,3 +131,43 @@ def test_a_schema_applies_after_the_reasoning(thinking: dict[str, Server]) -> No
         assert (m.model_extra or {})["reasoning"] is None, kind
         jsonschema.validate(json.loads(m.content or ""), SCHEMA)
         assert r.choices[0].finish_reason == "stop"
+
+
+def test_responses_carry_the_reasoning_as_an_item(thinking: dict[str, Server]) -> None:
+    """/v1/responses: the span is a `reasoning` item before any message (here the whole
+    reply, cut at max_output_tokens); streamed, its text arrives as reasoning_text deltas;
+    handed back as input on the next turn, the item is accepted and not rendered."""
+    outputs = {}
+    for kind, server in thinking.items():
+        client = _client(server)
+        raw = _raw(client, OPEN)
+        assert "</think>" not in raw, "the fixture needs a reply that keeps thinking"
+        kw = {"model": client.models.list().data[0].id, "input": QUESTION,
+              "max_output_tokens": TOKENS, "temperature": 0}
+        r = client.responses.create(**kw)
+        assert r.status == "incomplete", kind
+        assert [i.type for i in r.output] == ["reasoning"], kind
+        item = r.output[0]
+        assert item.id.startswith("rs_") and item.summary == [], kind
+        assert [(c.type, c.text) for c in item.content or []] == [("reasoning_text", raw)]
+        assert r.output_text == ""
+        events = list(client.responses.create(stream=True, **kw))
+        names = [e.type for e in events]
+        assert names == ["response.created", "response.in_progress",
+                         "response.output_item.added", "response.content_part.added",
+                         *["response.reasoning_text.delta"] * (len(names) - 8),
+                         "response.reasoning_text.done", "response.content_part.done",
+                         "response.output_item.done", "response.incomplete"], kind
+        deltas = "".join(e.delta for e in events if e.type == "response.reasoning_text.delta")
+        assert deltas == raw == events[-4].text, kind
+        last = events[-1].response
+        assert [(i.type, i.content) for i in last.output] == [(i.type, i.content)
+                                                             for i in r.output], kind
+        # The next turn hands the whole output back, as the Agents SDK does.
+        follow = client.responses.create(
+            **{**kw, "input": [{"role": "user", "content": QUESTION}, *[
+                i.model_dump(exclude_none=True) for i in r.output],
+                {"role": "user", "content": "Say it shorter."}]})
+        assert follow.output[0].type == "reasoning", kind
+        outputs[kind] = [(i.type, i.content) for i in r.output]
+    assert outputs["rust"] == outputs["python"]

@@ -1,13 +1,16 @@
 """The model's own calls with `tool_choice` "auto" (a server with --enable-auto-tool-choice
 and the Hermes parser): read into tool_calls, streamed and not, equal to the byte; the model's
 text is forced to a fixture with a one-item guided_choice, as the bundled model rarely calls
-tools on its own. And a full Hermes round trip: call, tool result, answer."""
+tools on its own. `auto` with a `strict` tool: free text untouched, a call the model opens
+held to the tool's schema. And a
+full Hermes round trip: call, tool result, answer."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+import jsonschema
 import openai
 import pytest
 
@@ -58,6 +61,71 @@ def test_auto_without_a_call_is_text(served: dict, kind: str) -> None:
     m = r.choices[0].message
     assert (m.content, m.tool_calls, r.choices[0].finish_reason) == (
         "It is sunny.", [], "stop")  # vLLM answers an empty list too
+
+
+# A tool whose schema the model's own call does not follow: upper-case cities, a required unit.
+CITY = {"type": "object", "required": ["city", "unit"], "properties": {
+    "city": {"type": "string", "enum": ["PARIS", "ROME", "OSLO"]},
+    "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}}
+
+
+def _weather(strict: bool) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": "get_weather", "strict": strict,
+                                             "description": "The weather of a city.",
+                                             "parameters": CITY}}
+
+
+def _asked(city: str, i: int) -> list[dict[str, Any]]:
+    return [{"role": "user", "content": f"Weather in {city}?"},
+            {"role": "assistant", "content": "", "tool_calls": [{
+                "id": f"call_{i}", "type": "function", "function": {
+                    "name": "get_weather", "arguments": json.dumps({"city": city})}}]},
+            {"role": "tool", "tool_call_id": f"call_{i}", "content": "Sunny."}]
+
+
+# Two earlier turns that called the tool; the model, on its own, calls it again.
+FEW_SHOT = [*_asked("Paris", 1), *_asked("Oslo", 2),
+            {"role": "user", "content": "Weather in Rome?"}]
+
+
+def _no_response_tag(http: Any) -> dict[str, int]:
+    """A logit bias that bans the token which turns `<tool_` into `<tool_response>`: the
+    135M model imitates the rendered tool results; banned, it writes `<tool_call>`."""
+    ids = {t: http.post("/tokenize", json={"prompt": t}).json()["tokens"]
+           for t in ("<tool_response>", "<tool_call>")}
+    return {str(t): -100 for t in ids["<tool_response>"] if t not in ids["<tool_call>"]}
+
+
+def test_auto_holds_the_calls_of_strict_tools_to_their_schema(served: dict) -> None:
+    calls = {}
+    for kind, server in served.items():
+        client = _client(server)
+        kw: dict[str, Any] = dict(model=client.models.list().data[0].id, messages=FEW_SHOT,
+                                  tool_choice="auto", max_tokens=80, temperature=0,
+                                  logit_bias=_no_response_tag(server.http))
+        loose = client.chat.completions.create(tools=[_weather(False)], **kw)
+        ((name, args),) = [(c.function.name, c.function.arguments)
+                           for c in loose.choices[0].message.tool_calls or []]
+        assert name == "get_weather"
+        with pytest.raises(jsonschema.ValidationError):  # the fixture's point
+            jsonschema.validate(json.loads(args), CITY)
+        strict = client.chat.completions.create(tools=[_weather(True)], **kw)
+        m = strict.choices[0].message
+        ((name, args),) = [(c.function.name, c.function.arguments) for c in m.tool_calls or []]
+        assert (name, m.content, strict.choices[0].finish_reason) == (
+            "get_weather", None, "tool_calls")
+        jsonschema.validate(json.loads(args), CITY)
+        streamed = streamed_calls(client.chat.completions.create(
+            stream=True, tools=[_weather(True)], **kw))
+        assert streamed == ("", "tool_calls", [(name, args)]), kind
+        # Free text is the model's own, token for token, strict or not.
+        text = [client.chat.completions.create(
+            model=kw["model"], messages=[{"role": "user", "content": "Weather in Rome?"}],
+            tools=[_weather(s)], max_tokens=30, temperature=0).choices[0].message.content
+            for s in (False, True)]
+        assert text[0] == text[1] and text[0], kind
+        calls[kind] = (name, args)
+    assert calls["rust"] == calls["python"]
 
 
 @pytest.mark.parametrize("kind", ["rust", "python"])

@@ -149,23 +149,9 @@ impl ChatCall {
             req.parallel_tool_calls,
         )?;
         if let Some(plan) = &mut tool_plan {
-            if let Some(c) = plan.constraint.take() {
-                if let Some(other) = &params.constraint {
-                    return Err(ApiError::bad_param(
-                        "tool_choice",
-                        format!(
-                            "tool_choice cannot force a call together with {}: both constrain \
-                             the output.",
-                            other.param
-                        ),
-                    ));
-                }
-                params.constrain(Some(c))?;
-            }
-            // As vLLM's parsers ask: a format's tags may be special tokens.
-            if req.sampling.skip_special_tokens.is_none() {
-                params.decode.skip_special_tokens = false;
-            }
+            let other = params.constraint.as_ref().map(|c| c.param.clone());
+            let other = other.unwrap_or_default();
+            params.apply_tools(plan, &other, req.sampling.skip_special_tokens)?;
         }
         let add_generation_prompt = !req.template.continue_final_message.unwrap_or(false);
         let prompt = ctx.render_prompt(&req.messages, &req.template, add_generation_prompt)?;

@@ -905,6 +905,145 @@ mod tests {
         }
     }
 
+    /// A format; outputs accepted, with the calls read from them; outputs refused; outputs
+    /// with two calls.
+    type AutoCase<'a> = (
+        crate::tools::parsers::ToolFormat,
+        Vec<(String, Vec<&'a str>)>,
+        Vec<String>,
+        Vec<String>,
+    );
+
+    #[test]
+    fn auto_grammars_shape_only_the_calls_of_strict_tools() {
+        use crate::tools::parsers::{parse_whole, ToolFormat};
+        let c = compiler(StructuredOptions::default());
+        let tools = json!([
+            {"type": "function", "function": {"name": "get_weather", "strict": true,
+                "parameters": {"type": "object", "required": ["city", "unit"], "properties": {
+                    "city": {"type": "string"}, "unit": {"type": "string", "enum": ["c", "f"]}}}}},
+            {"type": "function", "function": {"name": "now", "parameters": {"type": "object",
+                "properties": {"tz": {"type": "string"}}}}},
+        ]);
+        let weather = r#"{"name":"get_weather","arguments":{"city":"Paris","unit":"c"}}"#;
+        let bad_unit = r#"{"name":"get_weather","arguments":{"city":"Paris","unit":"x"}}"#;
+        let now = r#"{"name":"now","arguments":{"tz":"UTC","extra":1}}"#;
+        let nope = r#"{"name":"nope","arguments":{}}"#;
+        let hermes = |call: &str| format!("<tool_call>\n{call}\n</tool_call>");
+        let llama = |call: &str| call.replace("arguments", "parameters");
+        let mistral = |calls: &[&str]| format!("[TOOL_CALLS][{}]", calls.join(", "));
+        // (format, accepted outputs and the calls read from them, refused outputs), with
+        // `parallel_tool_calls` true; then the outputs with two calls, refused without it.
+        let cases: Vec<AutoCase> = vec![
+            (
+                ToolFormat::Hermes,
+                vec![
+                    ("It is sunny <b>today</b>.".into(), vec![]),
+                    (
+                        format!("Let me look.\n{}", hermes(weather)),
+                        vec!["get_weather"],
+                    ),
+                    (hermes(now), vec!["now"]),
+                ],
+                vec![
+                    hermes(bad_unit),
+                    hermes(nope),
+                    format!("x {}", hermes("{}")),
+                ],
+                vec![format!("{}\n{}", hermes(weather), hermes(now))],
+            ),
+            (
+                ToolFormat::Mistral,
+                vec![
+                    ("Sunny [mostly].".into(), vec![]),
+                    (
+                        format!("Checking. {}", mistral(&[weather])),
+                        vec!["get_weather"],
+                    ),
+                    (mistral(&[now]), vec!["now"]),
+                ],
+                vec![mistral(&[bad_unit]), mistral(&[nope]), mistral(&[])],
+                vec![mistral(&[weather, now])],
+            ),
+            (
+                ToolFormat::Llama3Json,
+                vec![
+                    ("It is {warm} today.".into(), vec![]),
+                    (llama(weather), vec!["get_weather"]),
+                    (format!("<|python_tag|>{}", llama(now)), vec!["now"]),
+                ],
+                vec![llama(bad_unit), llama(nope), format!(" {}", llama(weather))],
+                vec![format!(
+                    "{}; {}",
+                    llama(weather),
+                    llama(r#"{"name":"now","arguments":{}}"#)
+                )],
+            ),
+            (
+                ToolFormat::Pythonic,
+                vec![
+                    ("Sunny [mostly].".into(), vec![]),
+                    (
+                        r#"[get_weather(city="Paris", unit="c")]"#.into(),
+                        vec!["get_weather"],
+                    ),
+                    (r#"[now(tz="UTC")]"#.into(), vec!["now"]),
+                ],
+                vec![
+                    r#"[get_weather(city="Paris", unit="x")]"#.into(),
+                    r#"[nope()]"#.into(),
+                    r#"  [now(tz="UTC")]"#.into(),
+                ],
+                vec![r#"[get_weather(city="Paris", unit="f"), now(tz="UTC")]"#.into()],
+            ),
+        ];
+        for (format, good, bad, two) in cases {
+            let opts = crate::tools::ToolOptions::new(Some(format.name()), true).unwrap();
+            let plan = |parallel| {
+                crate::tools::plan(&opts, Some(&tools), None, Some(parallel))
+                    .unwrap()
+                    .unwrap()
+            };
+            let p = plan(true);
+            assert!(!p.forced);
+            let k = p.constraint.unwrap();
+            assert_eq!(k.param, "tools");
+            for (text, calls) in &good {
+                assert!(accepts(&c, &k, text), "{format:?} refuses {text}");
+                let read: Vec<String> = parse_whole(format, text)
+                    .calls
+                    .into_iter()
+                    .map(|(n, _)| n)
+                    .collect();
+                assert_eq!(read, *calls, "{format:?}: {text}");
+            }
+            for text in &bad {
+                assert!(!accepts(&c, &k, text), "{format:?} allows {text}");
+            }
+            let one = plan(false).constraint.unwrap();
+            for text in &two {
+                assert!(accepts(&c, &k, text), "{format:?} refuses {text}");
+                assert!(
+                    !accepts(&c, &one, text),
+                    "{format:?} allows two calls: {text}"
+                );
+                assert_eq!(
+                    parse_whole(format, text).calls.len(),
+                    2,
+                    "{format:?}: {text}"
+                );
+            }
+            assert!(accepts(&c, &one, &good[1].0), "{format:?}");
+        }
+        // Without a strict tool, `auto` constrains nothing.
+        let loose = json!([{"type": "function", "function": {"name": "now"}}]);
+        let opts = crate::tools::ToolOptions::new(Some("hermes"), true).unwrap();
+        let p = crate::tools::plan(&opts, Some(&loose), None, None)
+            .unwrap()
+            .unwrap();
+        assert!(p.constraint.is_none());
+    }
+
     #[test]
     fn options_shape_the_json_grammar() {
         let schema = json!({"type": "object", "properties": {"a": {"type": "object"}}});

@@ -5,6 +5,7 @@ use crate::errors::ApiError;
 use crate::sampling::{BeamSearchParams, SamplingParams};
 use crate::structured::{Constraint, ConstraintFields};
 use crate::text::tokenizer::DecodeOpts;
+use crate::tools::ToolPlan;
 use serde::Deserialize;
 use serde_json::Value as Json;
 use std::collections::HashMap;
@@ -233,6 +234,37 @@ impl GenParams {
             ));
         }
         self.constraint = c;
+        Ok(())
+    }
+
+    /// A request's tools on its parameters. A forced call's grammar is the output's constraint,
+    /// refused beside another (`other` names that one's field); the grammar of `auto` with
+    /// `strict` tools gives way to an output constraint the request asks for (such an output
+    /// is no call). The tags of a format may be special tokens, so they are kept unless asked.
+    pub fn apply_tools(
+        &mut self,
+        plan: &mut ToolPlan,
+        other: &str,
+        skip_special_tokens: Option<bool>,
+    ) -> Result<(), ApiError> {
+        if let Some(c) = plan.constraint.take() {
+            match (&self.constraint, plan.forced) {
+                (Some(_), true) => {
+                    return Err(ApiError::bad_param(
+                        "tool_choice",
+                        format!(
+                            "tool_choice cannot force a call together with {other}: both \
+                             constrain the output."
+                        ),
+                    ))
+                }
+                (Some(_), false) => {}
+                (None, _) => self.constrain(Some(c))?,
+            }
+        }
+        if skip_special_tokens.is_none() {
+            self.decode.skip_special_tokens = false;
+        }
         Ok(())
     }
 

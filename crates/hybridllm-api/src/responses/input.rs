@@ -406,10 +406,16 @@ pub fn read_input(input: &Value) -> Result<Input, ApiError> {
                 tool_item(&mut out, i, o)?;
                 continue;
             }
+            // An earlier reply's reasoning, handed back (the Agents SDK does): listed with the
+            // input items, not rendered (chat templates drop earlier turns' reasoning).
+            Some(Value::String(t)) if t == "reasoning" => {
+                out.items.push(item.clone());
+                continue;
+            }
             Some(t) => {
                 return Err(bad(format!(
-                    "input[{i}]: item type {} is not supported (only messages, function_call \
-                     and function_call_output).",
+                    "input[{i}]: item type {} is not supported (only messages, function_call, \
+                     function_call_output and reasoning).",
                     t.as_str()
                         .map_or("<not a string>".to_string(), |t| json!(t).to_string())
                 )))

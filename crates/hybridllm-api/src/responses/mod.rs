@@ -10,6 +10,7 @@ use crate::aggregate::Collected;
 use crate::context::ApiContext;
 use crate::errors::ApiError;
 use crate::prompt::TemplateArgs;
+use crate::reasoning::{ReasoningReader, ReplyStart};
 use crate::response_store::{ResponseStore, StoredResponse};
 use crate::sse::write_named_frame;
 use crate::text_deltas::GenEvent;
@@ -22,8 +23,8 @@ use crate::validation::{
 use bytes::Bytes;
 use input::{read_input, ResponsesRequest};
 use object::{
-    output_text, status, CallItem, ItemEvent, OutputItem, PartEvent, ResponseHead, TextDelta,
-    TextDone,
+    output_text, reasoning_text, status, CallItem, ItemEvent, OutputItem, PartEvent, ReasoningItem,
+    ResponseHead, TextDelta, TextDone,
 };
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
@@ -52,6 +53,8 @@ pub struct ResponsesCall {
     template_tools: Option<Value>,
     /// How the reply's function calls are read, with tools.
     tools: Option<ToolPlan>,
+    /// Where the reply starts, with a reasoning parser (its span becomes a `reasoning` item).
+    reply_start: Option<ReplyStart>,
 }
 
 /// Responses' flat function tools in chat's shape, for the template.
@@ -117,20 +120,7 @@ impl ResponsesCall {
             req.parallel_tool_calls,
         )?;
         if let Some(plan) = &mut tool_plan {
-            if let Some(c) = plan.constraint.take() {
-                if params.constraint.is_some() {
-                    return Err(ApiError::bad_param(
-                        "tool_choice",
-                        "tool_choice cannot force a call together with text.format: both \
-                         constrain the output.",
-                    ));
-                }
-                params.constrain(Some(c))?;
-            }
-            // As on chat: a format's tags may be special tokens.
-            if req.skip_special_tokens.is_none() {
-                params.decode.skip_special_tokens = false;
-            }
+            params.apply_tools(plan, "text.format", req.skip_special_tokens)?;
         }
         params.priority = priority(req.priority, ctx.priority_scheduling)?;
         let previous = match &req.previous_response_id {
@@ -147,7 +137,7 @@ impl ResponsesCall {
             .map(chat_shaped);
         let mut conversation = previous.map_or_else(Vec::new, |p| p.conversation.clone());
         conversation.extend(input.messages);
-        Ok(ResponsesCall {
+        ResponsesCall {
             head: ResponseHead::new(&req, ctx.model_name(), id),
             params,
             instructions: req.instructions.clone(),
@@ -160,7 +150,22 @@ impl ResponsesCall {
             },
             template_tools,
             tools: tool_plan,
-        })
+            reply_start: None,
+        }
+        .read_reply_start(ctx)
+    }
+
+    /// With a reasoning parser: where the reply starts, from the end of the prompt (the same
+    /// whichever oldest turns truncation drops), and any constraint applied after the span.
+    fn read_reply_start(mut self, ctx: &ApiContext) -> Result<Self, ApiError> {
+        if let Some(format) = ctx.reasoning {
+            let start = format.start(&self.prompt(ctx, 0)?);
+            self.reply_start = Some(start);
+            if let Some(c) = &mut self.params.constraint {
+                c.after_reasoning = Some(start);
+            }
+        }
+        Ok(self)
     }
 
     /// The prompt of `instructions` and the conversation without its `first` oldest turns.
@@ -209,6 +214,12 @@ impl ResponsesCall {
             out: Events::new(),
             text: String::new(),
             message_at: None,
+            reasoning: self.reply_start.map(|start| OutputReasoning {
+                reader: ReasoningReader::new(start),
+                id: format!("rs_{}", uuid::Uuid::new_v4().simple()),
+                text: String::new(),
+                at: None,
+            }),
             tools: self.tools.map(|plan| OutputTools {
                 parallel: plan.parallel,
                 parser: plan.format.parser(),
@@ -287,6 +298,13 @@ impl Events {
     }
 }
 
+/// An output item to close, in `closing`.
+enum Closing<'a> {
+    Reasoning(&'a OutputReasoning),
+    Message,
+    Call(&'a Call),
+}
+
 /// A function call read from the reply.
 struct Call {
     /// The item's id (`fc_...`) and the call's (`call_...`), which a tool's output answers.
@@ -314,6 +332,27 @@ impl Call {
     }
 }
 
+/// The reasoning span of a reply, with a reasoning parser: its reader and its item.
+struct OutputReasoning {
+    reader: ReasoningReader,
+    id: String,
+    text: String,
+    /// The item's place in `output`, once the reply has entered its span.
+    at: Option<u32>,
+}
+
+impl OutputReasoning {
+    fn item(&self, status: &'static str) -> OutputItem<'_> {
+        OutputItem::Reasoning(ReasoningItem {
+            kind: "reasoning",
+            id: &self.id,
+            summary: [],
+            content: (status != "in_progress").then(|| reasoning_text(&self.text)),
+            status,
+        })
+    }
+}
+
 /// The function calls of a response with tools: chat's parser for the format, and the calls
 /// read so far.
 struct OutputTools {
@@ -332,9 +371,10 @@ pub struct ResponsesResponse {
     out: Events,
     /// The message's text.
     text: String,
-    /// The message item's place in `output`, once opened: at once without tools, at its first
-    /// text with them (a reply that is only calls has none).
+    /// The message item's place in `output`, once opened: at once without tools or a
+    /// reasoning parser, else at its first text (a reply that is only calls has none).
     message_at: Option<u32>,
+    reasoning: Option<OutputReasoning>,
     tools: Option<OutputTools>,
     finish: &'static str,
     pub stream: bool,
@@ -342,14 +382,84 @@ pub struct ResponsesResponse {
 }
 
 impl ResponsesResponse {
-    /// The events that open the stream (and, without tools, its message item).
+    /// The events that open the stream (and, without tools or a reasoning parser, its message
+    /// item).
     pub fn opening(&mut self) {
         let pending = self.head.object("in_progress", &[], &Value::Null);
         self.out.with_response("response.created", &*pending);
         self.out.with_response("response.in_progress", &*pending);
         drop(pending);
-        if self.tools.is_none() {
+        if self.tools.is_none() && self.reasoning.is_none() {
             self.open_message();
+        }
+    }
+
+    /// How many output items are open: the next one's index.
+    fn opened(&self) -> u32 {
+        u32::from(self.reasoning.as_ref().is_some_and(|r| r.at.is_some()))
+            + u32::from(self.message_at.is_some())
+            + self.tools.as_ref().map_or(0, |t| t.calls.len() as u32)
+    }
+
+    /// Reasoning text: its item opened when the reply enters its span, the text appended and
+    /// its delta event written.
+    fn reasoning_text(&mut self, delta: &str) {
+        let at = self.opened();
+        let Some(r) = &mut self.reasoning else { return };
+        let at = match r.at {
+            Some(at) => at,
+            None => {
+                r.at = Some(at);
+                let r = &*r;
+                self.out
+                    .push("response.output_item.added", |sequence_number| ItemEvent {
+                        output_index: at,
+                        item: r.item("in_progress"),
+                        kind: "response.output_item.added",
+                        sequence_number,
+                    });
+                self.out
+                    .push("response.content_part.added", |sequence_number| PartEvent {
+                        item_id: &r.id,
+                        output_index: at,
+                        content_index: 0,
+                        part: reasoning_text(""),
+                        kind: "response.content_part.added",
+                        sequence_number,
+                    });
+                at
+            }
+        };
+        if delta.is_empty() {
+            return;
+        }
+        r.text.push_str(delta);
+        self.out.event(
+            "response.reasoning_text.delta",
+            json!({"item_id": r.id, "output_index": at, "content_index": 0, "delta": delta}),
+        );
+    }
+
+    /// A piece of the reply (and its end, when `fin`): its reasoning to the reasoning item,
+    /// the rest read for calls.
+    fn read_text(&mut self, text: &str, fin: bool) {
+        let content = match &mut self.reasoning {
+            None => std::borrow::Cow::Borrowed(text),
+            Some(r) => {
+                let mut s = r.reader.push(text);
+                if fin {
+                    let end = r.reader.finish();
+                    s.reasoning.push_str(&end.reasoning);
+                    s.content.push_str(&end.content);
+                }
+                if r.reader.reasoned() {
+                    self.reasoning_text(&s.reasoning);
+                }
+                std::borrow::Cow::Owned(s.content)
+            }
+        };
+        if !content.is_empty() || (fin && self.tools.is_some()) {
+            self.read_calls(&content, fin);
         }
     }
 
@@ -358,7 +468,7 @@ impl ResponsesResponse {
         if let Some(at) = self.message_at {
             return at;
         }
-        let at = self.tools.as_ref().map_or(0, |t| t.calls.len() as u32);
+        let at = self.opened();
         self.message_at = Some(at);
         let head = &self.head;
         self.out
@@ -407,6 +517,7 @@ impl ResponsesResponse {
         if fin {
             events.extend(t.parser.finish());
         }
+        let reasoning = u32::from(self.reasoning.as_ref().is_some_and(|r| r.at.is_some()));
         for e in events {
             let Some(t) = &mut self.tools else { return };
             match e {
@@ -421,7 +532,9 @@ impl ResponsesResponse {
                         call_id: format!("call_{}", hex()),
                         name,
                         arguments: String::new(),
-                        output_index: t.calls.len() as u32 + u32::from(self.message_at.is_some()),
+                        output_index: reasoning
+                            + t.calls.len() as u32
+                            + u32::from(self.message_at.is_some()),
                     };
                     self.out
                         .push("response.output_item.added", |sequence_number| ItemEvent {
@@ -457,8 +570,8 @@ impl ResponsesResponse {
         if let Some(f) = &o.finish {
             self.finish = f.reason;
         }
-        if !o.text.is_empty() || (o.finish.is_some() && self.tools.is_some()) {
-            self.read_calls(&o.text, o.finish.is_some());
+        if !o.text.is_empty() || o.finish.is_some() {
+            self.read_text(&o.text, o.finish.is_some());
         }
     }
 
@@ -477,15 +590,23 @@ impl ResponsesResponse {
         self.out.take()
     }
 
-    /// The output items, in their order (a reply with no text and no call has an empty
-    /// message).
+    /// Whether the reply has a message item: text, or no other item (a reply with no text,
+    /// no call and no reasoning has an empty message).
+    fn has_message(&self) -> bool {
+        self.message_at.is_some() || self.opened() == 0
+    }
+
+    /// The output items, in their order.
     fn output(&self, st: &'static str) -> Vec<OutputItem<'_>> {
         let calls = self.tools.as_ref().map_or(&[][..], |t| &t.calls[..]);
         let mut items: Vec<(u32, OutputItem<'_>)> = calls
             .iter()
             .map(|c| (c.output_index, c.item("completed")))
             .collect();
-        if self.message_at.is_some() || calls.is_empty() {
+        if let Some((r, at)) = self.reasoning.as_ref().and_then(|r| Some((r, r.at?))) {
+            items.push((at, r.item(st)));
+        }
+        if self.has_message() {
             let at = self.message_at.unwrap_or(0);
             items.push((
                 at,
@@ -499,47 +620,79 @@ impl ResponsesResponse {
     /// The events that close the stream, item by item in output order, then the response
     /// (stored if asked for).
     pub fn closing(&mut self, store: &ResponseStore) -> Bytes {
-        let no_calls = self.tools.as_ref().is_none_or(|t| t.calls.is_empty());
-        if no_calls {
+        if self.has_message() {
             self.open_message();
         }
         let st = status(self.finish);
         let (head, text) = (&self.head, self.text.as_str());
-        let mut order: Vec<(u32, Option<&Call>)> =
-            self.message_at.map(|at| (at, None)).into_iter().collect();
+        let mut order: Vec<(u32, Closing<'_>)> = self
+            .message_at
+            .map(|at| (at, Closing::Message))
+            .into_iter()
+            .collect();
+        if let Some((r, at)) = self.reasoning.as_ref().and_then(|r| Some((r, r.at?))) {
+            order.push((at, Closing::Reasoning(r)));
+        }
         if let Some(t) = &self.tools {
-            order.extend(t.calls.iter().map(|c| (c.output_index, Some(c))));
+            order.extend(t.calls.iter().map(|c| (c.output_index, Closing::Call(c))));
         }
         order.sort_by_key(|(at, _)| *at);
-        for (at, call) in order {
-            let Some(c) = call else {
-                self.out
-                    .push("response.output_text.done", |sequence_number| TextDone {
-                        item_id: &head.item_id,
-                        output_index: at,
-                        content_index: 0,
-                        text,
-                        logprobs: [],
-                        kind: "response.output_text.done",
-                        sequence_number,
-                    });
-                self.out
-                    .push("response.content_part.done", |sequence_number| PartEvent {
-                        item_id: &head.item_id,
-                        output_index: at,
-                        content_index: 0,
-                        part: output_text(text),
-                        kind: "response.content_part.done",
-                        sequence_number,
-                    });
-                self.out
-                    .push("response.output_item.done", |sequence_number| ItemEvent {
-                        output_index: at,
-                        item: OutputItem::Message(head.item(st, Some(text))),
-                        kind: "response.output_item.done",
-                        sequence_number,
-                    });
-                continue;
+        for (at, item) in order {
+            let c = match item {
+                Closing::Call(c) => c,
+                Closing::Reasoning(r) => {
+                    self.out.event(
+                        "response.reasoning_text.done",
+                        json!({"item_id": r.id, "output_index": at, "content_index": 0,
+                               "text": r.text}),
+                    );
+                    self.out
+                        .push("response.content_part.done", |sequence_number| PartEvent {
+                            item_id: &r.id,
+                            output_index: at,
+                            content_index: 0,
+                            part: reasoning_text(&r.text),
+                            kind: "response.content_part.done",
+                            sequence_number,
+                        });
+                    self.out
+                        .push("response.output_item.done", |sequence_number| ItemEvent {
+                            output_index: at,
+                            item: r.item(st),
+                            kind: "response.output_item.done",
+                            sequence_number,
+                        });
+                    continue;
+                }
+                Closing::Message => {
+                    self.out
+                        .push("response.output_text.done", |sequence_number| TextDone {
+                            item_id: &head.item_id,
+                            output_index: at,
+                            content_index: 0,
+                            text,
+                            logprobs: [],
+                            kind: "response.output_text.done",
+                            sequence_number,
+                        });
+                    self.out
+                        .push("response.content_part.done", |sequence_number| PartEvent {
+                            item_id: &head.item_id,
+                            output_index: at,
+                            content_index: 0,
+                            part: output_text(text),
+                            kind: "response.content_part.done",
+                            sequence_number,
+                        });
+                    self.out
+                        .push("response.output_item.done", |sequence_number| ItemEvent {
+                            output_index: at,
+                            item: OutputItem::Message(head.item(st, Some(text))),
+                            kind: "response.output_item.done",
+                            sequence_number,
+                        });
+                    continue;
+                }
             };
             self.out.event(
                 "response.function_call_arguments.done",
@@ -571,7 +724,7 @@ impl ResponsesResponse {
     pub fn body(&mut self, c: Collected, store: &ResponseStore) -> String {
         let choice = &c.choices[0];
         // The stream's reading, its events dropped.
-        self.read_calls(&choice.text, true);
+        self.read_text(&choice.text, true);
         self.out.buf.clear();
         let st = status(choice.finish.reason);
         let obj = self
@@ -736,8 +889,8 @@ mod tests {
         let mut ctx = test_context();
         ctx.tools = crate::tools::ToolOptions::new(Some("hermes"), true).unwrap();
         let body = json!({"input": "Hello", "stream": true, "store": false,
-                          "tools": [{"type": "function", "name": "f"},
-                                    {"type": "function", "name": "g"}]});
+                          "tools": [{"type": "function", "name": "f", "strict": false},
+                                    {"type": "function", "name": "g", "strict": false}]});
         let store = ResponseStore::new(4);
         let new = || {
             let req = parse_body::<ResponsesRequest>(body.to_string().as_bytes()).unwrap();
@@ -821,6 +974,146 @@ mod tests {
                 json!({"type": "function_call", "name": "g", "arguments": "{\"a\": 1}",
                        "status": "completed"}),
             ]
+        );
+    }
+
+    #[test]
+    fn reasoning_is_an_item_before_the_message_and_calls() {
+        let mut ctx = test_context();
+        ctx.tools = crate::tools::ToolOptions::new(Some("hermes"), true).unwrap();
+        ctx.reasoning = Some(crate::reasoning::ReasoningFormat::DeepSeekR1);
+        let body = json!({"input": "Hello", "stream": true, "store": false,
+                          "tools": [{"type": "function", "name": "f", "strict": false}]});
+        let store = ResponseStore::new(4);
+        let new = || {
+            let req = parse_body::<ResponsesRequest>(body.to_string().as_bytes()).unwrap();
+            let call = ResponsesCall::new(&ctx, req, &store, None).unwrap();
+            assert_eq!(call.reply_start, Some(ReplyStart::Reasoning));
+            call.plan(&ctx, vec![1], 8).unwrap().1
+        };
+        let pieces = [
+            "pla",
+            "n</thi",
+            "nk>Hi <tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>",
+        ];
+        let mut resp = new();
+        resp.opening();
+        for (i, piece) in pieces.iter().enumerate() {
+            resp.event(0, &output(piece, i == pieces.len() - 1));
+        }
+        let mut bytes = resp.take().unwrap().to_vec();
+        bytes.extend_from_slice(&resp.closing(&store));
+        let evs = events(&bytes);
+        let got: Vec<(&str, Option<u64>)> = evs
+            .iter()
+            .map(|(n, d)| (n.as_str(), d["output_index"].as_u64()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("response.created", None),
+                ("response.in_progress", None),
+                ("response.output_item.added", Some(0)), // reasoning, as the span opens
+                ("response.content_part.added", Some(0)),
+                ("response.reasoning_text.delta", Some(0)),
+                ("response.reasoning_text.delta", Some(0)), // "n": "</thi" held back
+                ("response.output_item.added", Some(1)),    // the message
+                ("response.content_part.added", Some(1)),
+                ("response.output_text.delta", Some(1)),
+                ("response.output_item.added", Some(2)), // f
+                ("response.function_call_arguments.delta", Some(2)),
+                ("response.reasoning_text.done", Some(0)),
+                ("response.content_part.done", Some(0)),
+                ("response.output_item.done", Some(0)),
+                ("response.output_text.done", Some(1)),
+                ("response.content_part.done", Some(1)),
+                ("response.output_item.done", Some(1)),
+                ("response.function_call_arguments.done", Some(2)),
+                ("response.output_item.done", Some(2)),
+                ("response.completed", None),
+            ]
+        );
+        let deltas: Vec<&Value> = evs[4..6].iter().map(|(_, d)| &d["delta"]).collect();
+        assert_eq!(deltas, [&json!("pla"), &json!("n")]);
+        assert_eq!(
+            evs[2].1["item"],
+            json!({"type": "reasoning", "id": evs[2].1["item"]["id"],
+                   "summary": [], "content": [], "status": "in_progress"})
+        );
+        assert!(evs[2].1["item"]["id"].as_str().unwrap().starts_with("rs_"));
+        assert_eq!(
+            evs[3].1["part"],
+            json!({"type": "reasoning_text", "text": ""})
+        );
+        assert_eq!(evs[11].1["text"], "plan");
+        let streamed = evs[19].1["response"]["output"].clone();
+        assert_eq!(
+            streamed[0],
+            json!({"type": "reasoning", "id": evs[2].1["item"]["id"], "summary": [],
+                   "content": [{"type": "reasoning_text", "text": "plan"}],
+                   "status": "completed"})
+        );
+        let kinds: Vec<&Value> = streamed
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| &i["type"])
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                &json!("reasoning"),
+                &json!("message"),
+                &json!("function_call")
+            ]
+        );
+        assert_eq!(streamed[1]["content"][0]["text"], "Hi ");
+        // Not streamed: the same items (their ids aside).
+        let mut resp = new();
+        let mut col = Collector::new(1, vec![1]);
+        col.push(&ctx.tokenizer, 0, output(&pieces.concat(), true));
+        let whole: Value = serde_json::from_str(&resp.body(col.finish(), &store)).unwrap();
+        let strip = |items: &Value| -> Vec<Value> {
+            let mut items = items.as_array().unwrap().clone();
+            for i in &mut items {
+                let o = i.as_object_mut().unwrap();
+                o.remove("id");
+                o.remove("call_id");
+            }
+            items
+        };
+        assert_eq!(strip(&whole["output"]), strip(&streamed));
+        // A reply cut inside its span: the reasoning alone, incomplete; no empty message.
+        let mut resp = new();
+        resp.opening();
+        resp.event(
+            0,
+            &GenEvent::Output(SeqOutput {
+                index: 0,
+                text: "thinking".into(),
+                num_tokens: 1,
+                logprobs: vec![],
+                finish: Some(Finish {
+                    reason: "length",
+                    stop_reason: Value::Null,
+                }),
+            }),
+        );
+        resp.take();
+        let evs = events(&resp.closing(&store));
+        let out = &evs.last().unwrap().1["response"]["output"];
+        assert_eq!(out.as_array().unwrap().len(), 1);
+        assert_eq!(
+            (
+                &out[0]["type"],
+                &out[0]["status"],
+                &out[0]["content"][0]["text"]
+            ),
+            (
+                &json!("reasoning"),
+                &json!("incomplete"),
+                &json!("thinking")
+            )
         );
     }
 }

@@ -104,8 +104,37 @@ struct Incomplete {
 #[derive(Serialize)]
 #[serde(untagged)]
 pub enum OutputItem<'a> {
+    Reasoning(ReasoningItem<'a>),
     Message(Item<'a>),
     Call(CallItem<'a>),
+}
+
+/// A `reasoning` item: the reply's reasoning span (with `--reasoning-parser`) as one
+/// `reasoning_text` part, none while in progress; no summary is written.
+#[derive(Serialize)]
+pub struct ReasoningItem<'a> {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub id: &'a str,
+    pub summary: [u8; 0],
+    #[serde(serialize_with = "as_list")]
+    pub content: Option<ReasoningPart<'a>>,
+    pub status: &'a str,
+}
+
+/// A `reasoning_text` content part.
+#[derive(Serialize)]
+pub struct ReasoningPart<'a> {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub text: &'a str,
+}
+
+pub fn reasoning_text(text: &str) -> ReasoningPart<'_> {
+    ReasoningPart {
+        kind: "reasoning_text",
+        text,
+    }
 }
 
 /// A `function_call` item: the model's call of a function tool.
@@ -133,7 +162,7 @@ pub struct Item<'a> {
     content: Option<Part<'a>>,
 }
 
-fn as_list<S: serde::Serializer>(part: &Option<Part<'_>>, s: S) -> Result<S::Ok, S::Error> {
+fn as_list<S: serde::Serializer, P: Serialize>(part: &Option<P>, s: S) -> Result<S::Ok, S::Error> {
     part.as_slice().serialize(s)
 }
 
@@ -272,13 +301,14 @@ pub struct ItemEvent<'a> {
     pub sequence_number: u64,
 }
 
-/// `response.content_part.added` / `.done`.
+/// `response.content_part.added` / `.done`, of a message (`Part`) or of reasoning
+/// (`ReasoningPart`).
 #[derive(Serialize)]
-pub struct PartEvent<'a> {
+pub struct PartEvent<'a, P> {
     pub item_id: &'a str,
     pub output_index: u32,
     pub content_index: u32,
-    pub part: Part<'a>,
+    pub part: P,
     #[serde(rename = "type")]
     pub kind: &'static str,
     pub sequence_number: u64,

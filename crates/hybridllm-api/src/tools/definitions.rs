@@ -11,6 +11,10 @@ pub struct FunctionTool {
     pub parameters: Value,
     /// Where the request has it (`tools[i].function`, or `tools[i]` when flat).
     pub path: String,
+    /// `strict`: its arguments follow `parameters` whenever it is called, also under
+    /// `tool_choice: "auto"` (default false in chat completions, true in the Responses API,
+    /// as OpenAI's).
+    pub strict: bool,
 }
 
 fn bad(param: &str, message: impl Into<String>) -> ApiError {
@@ -147,14 +151,19 @@ pub fn read_tools_in(
                 s.clone()
             }
         };
-        if let Some(strict) = f.get("strict").filter(|s| !s.is_null() && !s.is_boolean()) {
-            let sp = format!("{fp}.strict");
-            return Err(bad(&sp, format!("{sp} must be a boolean, got {strict}.")));
-        }
+        let strict = match f.get("strict") {
+            None | Some(Value::Null) => shape == ToolShape::Flat,
+            Some(Value::Bool(b)) => *b,
+            Some(other) => {
+                let sp = format!("{fp}.strict");
+                return Err(bad(&sp, format!("{sp} must be a boolean, got {other}.")));
+            }
+        };
         out.push(FunctionTool {
             name,
             parameters,
             path: fp,
+            strict,
         });
     }
     Ok(out)

@@ -59,10 +59,29 @@ fn pythonic_call(tool: &FunctionTool) -> String {
     parts.join(" ")
 }
 
-/// The grammar allowing one call (`parallel` false) or several of `tools`, in `format`.
-pub fn tool_call_grammar(format: ToolFormat, tools: &[&FunctionTool], parallel: bool) -> String {
+/// A call's object with any arguments: how a tool without `strict` is called under `auto`.
+fn loose(tool: &FunctionTool) -> FunctionTool {
+    FunctionTool {
+        parameters: json!({"type": "object", "additionalProperties": true}),
+        ..tool.clone()
+    }
+}
+
+/// The pieces of `format`'s calls: one rule per tool (`tool_<i>`) and, for Hermes, the call
+/// after its opening tag (`body`); then how one call, the separator between calls, and the
+/// whole list's opening and closing are written.
+struct Calls {
+    rules: Vec<String>,
+    call: &'static str,
+    sep: &'static str,
+    open: &'static str,
+    close: &'static str,
+}
+
+fn calls(format: ToolFormat, tools: &[FunctionTool]) -> Calls {
     let mut rules = vec![];
-    let alternatives: Vec<String> = (0..tools.len()).map(|i| format!("tool_{i}")).collect();
+    let names: Vec<String> = (0..tools.len()).map(|i| format!("tool_{i}")).collect();
+    rules.push(format!("one: {}", names.join(" | ")));
     for (i, t) in tools.iter().enumerate() {
         let body = match format {
             ToolFormat::Hermes | ToolFormat::Mistral => json_rule(call_schema(t, "arguments")),
@@ -71,23 +90,99 @@ pub fn tool_call_grammar(format: ToolFormat, tools: &[&FunctionTool], parallel: 
         };
         rules.push(format!("tool_{i}: {body}"));
     }
-    let one = format!("({})", alternatives.join(" | "));
     let (call, sep, open, close) = match format {
-        ToolFormat::Hermes => (
-            format!("\"<tool_call>\\n\" {one} \"\\n</tool_call>\""),
-            "\"\\n\"",
-            "",
-            "",
-        ),
-        ToolFormat::Llama3Json => (one, "\"; \"", "", ""),
-        ToolFormat::Pythonic => (one, "\", \"", "\"[\"", "\"]\""),
-        ToolFormat::Mistral => (one, "\", \"", "\"[TOOL_CALLS][\"", "\"]\""),
+        ToolFormat::Hermes => {
+            rules.push("body: \"\\n\" one \"\\n</tool_call>\"".to_string());
+            ("\"<tool_call>\" body", "\"\\n\"", "", "")
+        }
+        ToolFormat::Llama3Json => ("one", "\"; \"", "", ""),
+        ToolFormat::Pythonic => ("one", "\", \"", "\"[\"", "\"]\""),
+        ToolFormat::Mistral => ("one", "\", \"", "\"[TOOL_CALLS][\"", "\"]\""),
     };
-    rules.push(format!("call: {call}"));
-    let calls = match parallel {
-        true => format!("call ({sep} call)*"),
-        false => "call".to_string(),
+    Calls {
+        rules,
+        call,
+        sep,
+        open,
+        close,
+    }
+}
+
+impl Calls {
+    /// One call, or several.
+    fn list(&self, parallel: bool) -> String {
+        match parallel {
+            true => format!("call ({} call)*", self.sep),
+            false => "call".to_string(),
+        }
+    }
+
+    /// The grammar: `start`, then the rules it needs besides the calls' own.
+    fn grammar(self, start: String, extra: &[String]) -> String {
+        let mut rules = vec![start, format!("call: {}", self.call)];
+        rules.extend(extra.iter().filter(|r| !r.is_empty()).cloned());
+        rules.extend(self.rules);
+        rules.join("\n")
+    }
+}
+
+/// The grammar allowing one call (`parallel` false) or several of `tools`, in `format`.
+pub fn tool_call_grammar(format: ToolFormat, tools: &[&FunctionTool], parallel: bool) -> String {
+    let tools: Vec<FunctionTool> = tools.iter().map(|t| (*t).clone()).collect();
+    let c = calls(format, &tools);
+    let start = format!("start: {} {} {}", c.open, c.list(parallel), c.close);
+    c.grammar(start, &[])
+}
+
+/// `tool_choice: "auto"` with `strict` tools: free text until the output starts a call in
+/// `format`'s way, then calls as `tool_call_grammar` allows them, `strict` tools' arguments
+/// following their schemas and the others' any object. Where a call starts: Hermes' and
+/// Mistral's opening tag, anywhere (a lazy lexeme: the text up to the first tag); a JSON
+/// object or `<|python_tag|>` at the start (llama3_json) or a `[` there (pythonic), which are
+/// what the parsers read as calls.
+pub fn auto_call_grammar(format: ToolFormat, tools: &[FunctionTool], parallel: bool) -> String {
+    let tools: Vec<FunctionTool> = tools
+        .iter()
+        .map(|t| match (t.strict, format) {
+            // Python keyword arguments name the properties: only declared ones can be written.
+            (true, _) | (false, ToolFormat::Pythonic) => t.clone(),
+            (false, _) => loose(t),
+        })
+        .collect();
+    let c = calls(format, &tools);
+    let text = r"TEXT: /(?s:.*)/".to_string();
+    // After the calls: any text (a call there is parsed too), or, with one call allowed,
+    // text that opens no other.
+    let rest = |tag: &str| match parallel {
+        true => ("TEXT", String::new()),
+        false => ("REST", format!(r"REST: /(?s:.*)/ & ~/(?s:.*){tag}(?s:.*)/")),
     };
-    rules.insert(0, format!("start: {open} {calls} {close}"));
-    rules.join("\n")
+    match format {
+        ToolFormat::Hermes => {
+            let (after, after_rule) = rest("<tool_call>");
+            let start = match parallel {
+                true => "start: TEXT | (head body)+ TEXT".to_string(),
+                false => format!("start: TEXT | head body {after}"),
+            };
+            let head = "head[lazy]: TEXT \"<tool_call>\"".to_string();
+            c.grammar(start, &[head, text, after_rule])
+        }
+        ToolFormat::Mistral => {
+            let (after, after_rule) = rest(r"\[TOOL_CALLS\]");
+            let list = c.list(parallel);
+            let start = format!("start: TEXT | head \"[\" {list} \"]\" {after}");
+            let head = "head[lazy]: TEXT \"[TOOL_CALLS]\"".to_string();
+            c.grammar(start, &[head, text, after_rule])
+        }
+        ToolFormat::Llama3Json | ToolFormat::Pythonic => {
+            let (lead, opens) = match format {
+                ToolFormat::Llama3Json => ("\"<|python_tag|>\"?", r"(<\|python_tag\|>|\{)"),
+                _ => ("", r"\["),
+            };
+            let (open, list, close) = (c.open, c.list(parallel), c.close);
+            let start = format!("start: PLAIN | {lead} {open} {list} {close}");
+            let plain = format!(r"PLAIN: /(?s:.*)/ & ~/\s*{opens}(?s:.*)/");
+            c.grammar(start, &[plain])
+        }
+    }
 }

@@ -63,8 +63,11 @@ pub struct ToolPlan {
     pub format: ToolFormat,
     /// More than one call per turn (`parallel_tool_calls`).
     pub parallel: bool,
-    /// The grammar of `required` or a named tool.
+    /// The grammar of `required` or a named tool, or of `auto` with `strict` tools.
     pub constraint: Option<Constraint>,
+    /// Whether the constraint forces a call (`required`, a named tool), rather than shaping
+    /// the calls the model makes (`auto`).
+    pub forced: bool,
 }
 
 const NAMED_USAGE: &str =
@@ -191,7 +194,8 @@ pub fn plan_in(
                 (true, Some(format)) => Ok(Some(ToolPlan {
                     format,
                     parallel,
-                    constraint: None,
+                    constraint: auto_constraint(format, &tools, parallel),
+                    forced: false,
                 })),
                 _ => Err(bad(
                     "tool_choice",
@@ -207,21 +211,40 @@ pub fn plan_in(
     let format = opts.parser.unwrap_or(ToolFormat::Hermes);
     let parallel = parallel && choice == ToolChoice::Required;
     let lark = grammar::tool_call_grammar(format, &allowed, parallel);
-    // Each tool's schema alone, to name the one that cannot be enforced.
-    let parts = allowed
-        .iter()
+    let parts = schema_parts(allowed.iter().copied());
+    Ok(Some(ToolPlan {
+        format,
+        parallel,
+        constraint: Some(Constraint::new("tool_choice", Kind::Grammar(lark)).with_parts(parts)),
+        forced: true,
+    }))
+}
+
+/// Each tool's schema alone, to name the one that cannot be enforced.
+fn schema_parts<'a>(tools: impl Iterator<Item = &'a FunctionTool>) -> Vec<Constraint> {
+    tools
         .map(|t| {
             Constraint::new(
                 &format!("{}.parameters", t.path),
                 Kind::Json(t.parameters.clone()),
             )
         })
-        .collect();
-    Ok(Some(ToolPlan {
-        format,
-        parallel,
-        constraint: Some(Constraint::new("tool_choice", Kind::Grammar(lark)).with_parts(parts)),
-    }))
+        .collect()
+}
+
+/// `auto` with `strict` tools: the calls the model makes are shaped as `strict` asks; without
+/// any, nothing is constrained.
+fn auto_constraint(
+    format: ToolFormat,
+    tools: &[FunctionTool],
+    parallel: bool,
+) -> Option<Constraint> {
+    if !tools.iter().any(|t| t.strict) {
+        return None;
+    }
+    let lark = grammar::auto_call_grammar(format, tools, parallel);
+    let parts = schema_parts(tools.iter().filter(|t| t.strict));
+    Some(Constraint::new("tools", Kind::Grammar(lark)).with_parts(parts))
 }
 
 /// Checks the tool messages of a conversation: a `tool` message answers a call by its id.
