@@ -27,6 +27,7 @@
 //!   "tool_call_parser": null,                 // --tool-call-parser: hermes, llama3_json, ...
 //!   "enable_auto_tool_choice": false,         // --enable-auto-tool-choice
 //!   "reasoning_parser": null,                 // --reasoning-parser: deepseek_r1, qwen3
+//!   "enable_force_include_usage": false,      // every stream ends with its usage
 //!   "enable_request_id_headers": false        // every response carries X-Request-Id
 //! }
 //! ```
@@ -73,6 +74,8 @@ pub struct ServeConfig {
     pub tool_call_parser: Option<String>,
     pub enable_auto_tool_choice: bool,
     pub reasoning_parser: Option<String>,
+    /// vLLM's `--enable-force-include-usage`: every stream ends with its usage.
+    pub enable_force_include_usage: bool,
     /// vLLM's `--enable-request-id-headers`: every response carries `X-Request-Id` (the
     /// request's, or a new one).
     pub enable_request_id_headers: bool,
@@ -108,6 +111,7 @@ impl Default for ServeConfig {
             tool_call_parser: None,
             enable_auto_tool_choice: false,
             reasoning_parser: None,
+            enable_force_include_usage: false,
             enable_request_id_headers: false,
         }
     }
@@ -193,6 +197,7 @@ impl ServeConfig {
             tool_call_parser: self.tool_call_parser.clone(),
             enable_auto_tool_choice: self.enable_auto_tool_choice,
             reasoning_parser: self.reasoning_parser.clone(),
+            enable_force_include_usage: self.enable_force_include_usage,
         }
     }
 }

@@ -291,6 +291,7 @@ pub fn state(engine: Arc<FakeEngine>) -> Arc<AppState> {
             grammars: Err("the test tokenizer has no byte-level vocabulary".into()),
             tools: Default::default(),
             reasoning: None,
+            force_include_usage: false,
             warnings: vec![],
         },
         model_path: String::new(),

@@ -169,7 +169,8 @@ impl ChatCall {
             ),
             false => String::new(),
         };
-        let (include_usage, continuous_usage) = StreamOptions::usage(req.stream_options.as_ref());
+        let (include_usage, continuous_usage) =
+            StreamOptions::usage(req.stream_options.as_ref(), ctx.force_include_usage);
         Ok(ChatCall {
             prompt,
             add_special_tokens: req.add_special_tokens.unwrap_or(false),

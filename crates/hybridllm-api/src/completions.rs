@@ -141,7 +141,8 @@ impl CompletionCall {
             params.sampling.prompt_logprobs = params.logprobs;
         }
         params.apply_request(ctx, &req.sampling, &req.constraints, stream)?;
-        let (include_usage, continuous_usage) = StreamOptions::usage(req.stream_options.as_ref());
+        let (include_usage, continuous_usage) =
+            StreamOptions::usage(req.stream_options.as_ref(), ctx.force_include_usage);
         Ok(CompletionCall {
             prompts: parse_prompts(&req.prompt)?,
             add_special_tokens: req.add_special_tokens.unwrap_or(true),

@@ -45,6 +45,8 @@ pub struct ApiContext {
     pub tools: ToolOptions,
     /// `--reasoning-parser`.
     pub reasoning: Option<ReasoningFormat>,
+    /// `--enable-force-include-usage`: every stream ends with its usage, asked or not.
+    pub force_include_usage: bool,
     /// What the shell logs once at start-up (e.g. a template that ignores tools).
     pub warnings: Vec<String>,
 }
@@ -88,6 +90,8 @@ pub struct ApiOptions {
     pub enable_auto_tool_choice: bool,
     /// `--reasoning-parser`.
     pub reasoning_parser: Option<String>,
+    /// `--enable-force-include-usage`.
+    pub enable_force_include_usage: bool,
 }
 
 impl ApiOptions {
@@ -163,6 +167,7 @@ impl ApiContext {
         Ok(ApiContext {
             tools,
             reasoning,
+            force_include_usage: o.enable_force_include_usage,
             warnings,
             vocab_size,
             grammars,
@@ -292,6 +297,7 @@ pub(crate) fn test_context() -> ApiContext {
         lowercase_inputs: false,
         tools: ToolOptions::default(),
         reasoning: None,
+        force_include_usage: false,
         warnings: vec![],
     }
 }

@@ -24,10 +24,14 @@ pub struct StreamOptions {
 
 impl StreamOptions {
     /// (`include_usage`, `continuous_usage_stats` with it): the usage a stream's chunks carry.
-    pub fn usage(opts: Option<&StreamOptions>) -> (bool, bool) {
-        opts.map_or((false, false), |o| {
-            (o.include_usage, o.include_usage && o.continuous_usage_stats)
-        })
+    /// `force` (`--enable-force-include-usage`) includes the usage whatever the request says,
+    /// as vLLM's flag does.
+    pub fn usage(opts: Option<&StreamOptions>, force: bool) -> (bool, bool) {
+        let include = force || opts.is_some_and(|o| o.include_usage);
+        (
+            include,
+            include && opts.is_some_and(|o| o.continuous_usage_stats),
+        )
     }
 }
 

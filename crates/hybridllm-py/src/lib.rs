@@ -343,6 +343,7 @@ impl Context {
                 lowercase_inputs,
                 tools: Default::default(),
                 reasoning: None,
+                force_include_usage: false,
                 warnings: vec![],
             }),
         })
@@ -354,7 +355,8 @@ impl Context {
     #[pyo3(signature = (model_info, *, served_model_name, max_model_len, tokenizer_path,
                         chat_template, max_tokens_limit, max_beam_width,
                         structured_outputs_config=None, tool_call_parser=None,
-                        enable_auto_tool_choice=false, reasoning_parser=None))]
+                        enable_auto_tool_choice=false, reasoning_parser=None,
+                        enable_force_include_usage=false))]
     #[allow(clippy::too_many_arguments)]
     fn from_model(
         model_info: &Bound<'_, PyAny>,
@@ -368,6 +370,7 @@ impl Context {
         tool_call_parser: Option<String>,
         enable_auto_tool_choice: bool,
         reasoning_parser: Option<String>,
+        enable_force_include_usage: bool,
     ) -> PyResult<Self> {
         let err = |e: anyhow::Error| PyValueError::new_err(format!("{e:#}"));
         let structured =
@@ -384,6 +387,7 @@ impl Context {
             tool_call_parser,
             enable_auto_tool_choice,
             reasoning_parser,
+            enable_force_include_usage,
         };
         let m = model_info;
         macro_rules! read {

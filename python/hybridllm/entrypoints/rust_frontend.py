@@ -116,6 +116,9 @@ def add_frontend_args(parser: argparse.ArgumentParser) -> None:
         help="How the model marks its reasoning (<think>...</think>): chat replies carry it "
              "in message.reasoning and delta.reasoning, apart from content "
              "(docs/tool_calling.md).")
+    add("--enable-force-include-usage", action="store_true",
+        help="Every stream ends with a usage chunk, as if stream_options.include_usage were "
+             "set (vLLM's flag).")
     add("--enable-request-id-headers", action="store_true",
         help="Every response carries X-Request-Id: the request's, or a new one, which then is "
              "the request's id (a request's X-Request-Id always names its response: "
@@ -184,6 +187,7 @@ class ServeOptions:
     tool_call_parser: str | None = None
     enable_auto_tool_choice: bool = False
     reasoning_parser: str | None = None
+    enable_force_include_usage: bool = False
     enable_request_id_headers: bool = False
 
 
@@ -225,6 +229,7 @@ def frontend_options(args: argparse.Namespace) -> ServeOptions:
         tool_call_parser=getattr(args, "tool_call_parser", None),
         enable_auto_tool_choice=getattr(args, "enable_auto_tool_choice", False),
         reasoning_parser=getattr(args, "reasoning_parser", None),
+        enable_force_include_usage=getattr(args, "enable_force_include_usage", False),
         enable_request_id_headers=getattr(args, "enable_request_id_headers", False),
     )
 

@@ -47,7 +47,8 @@ async def build_state(engine: EngineClient, options: ServeOptions) -> AppState:
             max_beam_width=options.max_beam_width,
             structured_outputs_config=json.dumps(options.structured_outputs_config),
             tool_call_parser=options.tool_call_parser, reasoning_parser=options.reasoning_parser,
-            enable_auto_tool_choice=options.enable_auto_tool_choice)
+            enable_auto_tool_choice=options.enable_auto_tool_choice,
+            enable_force_include_usage=options.enable_force_include_usage)
     except ValueError as e:
         raise RuntimeError(str(e)) from None
     state = AppState(
