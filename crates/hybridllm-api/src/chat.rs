@@ -149,9 +149,7 @@ impl ChatCall {
             req.parallel_tool_calls,
         )?;
         if let Some(plan) = &mut tool_plan {
-            let other = params.constraint.as_ref().map(|c| c.param.clone());
-            let other = other.unwrap_or_default();
-            params.apply_tools(plan, &other, req.sampling.skip_special_tokens)?;
+            params.apply_tools(plan, None, req.sampling.skip_special_tokens)?;
         }
         let add_generation_prompt = !req.template.continue_final_message.unwrap_or(false);
         let prompt = ctx.render_prompt(&req.messages, &req.template, add_generation_prompt)?;

@@ -238,25 +238,26 @@ impl GenParams {
     }
 
     /// A request's tools on its parameters. A forced call's grammar is the output's constraint,
-    /// refused beside another (`other` names that one's field); the grammar of `auto` with
+    /// refused beside another (named by `other`, else by its own field); the grammar of `auto` with
     /// `strict` tools gives way to an output constraint the request asks for (such an output
     /// is no call). The tags of a format may be special tokens, so they are kept unless asked.
     pub fn apply_tools(
         &mut self,
         plan: &mut ToolPlan,
-        other: &str,
+        other: Option<&str>,
         skip_special_tokens: Option<bool>,
     ) -> Result<(), ApiError> {
         if let Some(c) = plan.constraint.take() {
             match (&self.constraint, plan.forced) {
-                (Some(_), true) => {
+                (Some(own), true) => {
+                    let other = other.unwrap_or(&own.param);
                     return Err(ApiError::bad_param(
                         "tool_choice",
                         format!(
                             "tool_choice cannot force a call together with {other}: both \
                              constrain the output."
                         ),
-                    ))
+                    ));
                 }
                 (Some(_), false) => {}
                 (None, _) => self.constrain(Some(c))?,

@@ -120,7 +120,7 @@ impl ResponsesCall {
             req.parallel_tool_calls,
         )?;
         if let Some(plan) = &mut tool_plan {
-            params.apply_tools(plan, "text.format", req.skip_special_tokens)?;
+            params.apply_tools(plan, Some("text.format"), req.skip_special_tokens)?;
         }
         params.priority = priority(req.priority, ctx.priority_scheduling)?;
         let previous = match &req.previous_response_id {
@@ -342,6 +342,11 @@ struct OutputReasoning {
 }
 
 impl OutputReasoning {
+    /// The item and its place in `output`, once the reply has entered its span.
+    fn placed(&self) -> Option<(&Self, u32)> {
+        Some((self, self.at?))
+    }
+
     fn item(&self, status: &'static str) -> OutputItem<'_> {
         OutputItem::Reasoning(ReasoningItem {
             kind: "reasoning",
@@ -396,8 +401,12 @@ impl ResponsesResponse {
 
     /// How many output items are open: the next one's index.
     fn opened(&self) -> u32 {
-        u32::from(self.reasoning.as_ref().is_some_and(|r| r.at.is_some()))
-            + u32::from(self.message_at.is_some())
+        u32::from(
+            self.reasoning
+                .as_ref()
+                .and_then(OutputReasoning::placed)
+                .is_some(),
+        ) + u32::from(self.message_at.is_some())
             + self.tools.as_ref().map_or(0, |t| t.calls.len() as u32)
     }
 
@@ -517,8 +526,8 @@ impl ResponsesResponse {
         if fin {
             events.extend(t.parser.finish());
         }
-        let reasoning = u32::from(self.reasoning.as_ref().is_some_and(|r| r.at.is_some()));
         for e in events {
+            let next = self.opened(); // a new call's index
             let Some(t) = &mut self.tools else { return };
             match e {
                 ToolEvent::Content(c) if !c.is_empty() => self.message_text(&c),
@@ -532,9 +541,7 @@ impl ResponsesResponse {
                         call_id: format!("call_{}", hex()),
                         name,
                         arguments: String::new(),
-                        output_index: reasoning
-                            + t.calls.len() as u32
-                            + u32::from(self.message_at.is_some()),
+                        output_index: next,
                     };
                     self.out
                         .push("response.output_item.added", |sequence_number| ItemEvent {
@@ -603,7 +610,7 @@ impl ResponsesResponse {
             .iter()
             .map(|c| (c.output_index, c.item("completed")))
             .collect();
-        if let Some((r, at)) = self.reasoning.as_ref().and_then(|r| Some((r, r.at?))) {
+        if let Some((r, at)) = self.reasoning.as_ref().and_then(OutputReasoning::placed) {
             items.push((at, r.item(st)));
         }
         if self.has_message() {
@@ -630,7 +637,7 @@ impl ResponsesResponse {
             .map(|at| (at, Closing::Message))
             .into_iter()
             .collect();
-        if let Some((r, at)) = self.reasoning.as_ref().and_then(|r| Some((r, r.at?))) {
+        if let Some((r, at)) = self.reasoning.as_ref().and_then(OutputReasoning::placed) {
             order.push((at, Closing::Reasoning(r)));
         }
         if let Some(t) = &self.tools {

@@ -6,6 +6,7 @@ use super::definitions::FunctionTool;
 use super::parsers::ToolFormat;
 use crate::structured::close_objects;
 use serde_json::{json, Value};
+use std::borrow::Cow;
 
 /// A schema as a Lark `%json` body: compact JSON, no free whitespace (a small model that may
 /// put whitespace anywhere can loop on it until `max_tokens`).
@@ -78,7 +79,7 @@ struct Calls {
     close: &'static str,
 }
 
-fn calls(format: ToolFormat, tools: &[FunctionTool]) -> Calls {
+fn calls(format: ToolFormat, tools: &[&FunctionTool]) -> Calls {
     let mut rules = vec![];
     let names: Vec<String> = (0..tools.len()).map(|i| format!("tool_{i}")).collect();
     rules.push(format!("one: {}", names.join(" | ")));
@@ -118,9 +119,9 @@ impl Calls {
     }
 
     /// The grammar: `start`, then the rules it needs besides the calls' own.
-    fn grammar(self, start: String, extra: &[String]) -> String {
+    fn grammar(self, start: String, extra: Vec<String>) -> String {
         let mut rules = vec![start, format!("call: {}", self.call)];
-        rules.extend(extra.iter().filter(|r| !r.is_empty()).cloned());
+        rules.extend(extra);
         rules.extend(self.rules);
         rules.join("\n")
     }
@@ -128,10 +129,9 @@ impl Calls {
 
 /// The grammar allowing one call (`parallel` false) or several of `tools`, in `format`.
 pub fn tool_call_grammar(format: ToolFormat, tools: &[&FunctionTool], parallel: bool) -> String {
-    let tools: Vec<FunctionTool> = tools.iter().map(|t| (*t).clone()).collect();
-    let c = calls(format, &tools);
+    let c = calls(format, tools);
     let start = format!("start: {} {} {}", c.open, c.list(parallel), c.close);
-    c.grammar(start, &[])
+    c.grammar(start, vec![])
 }
 
 /// `tool_choice: "auto"` with `strict` tools: free text until the output starts a call in
@@ -141,21 +141,25 @@ pub fn tool_call_grammar(format: ToolFormat, tools: &[&FunctionTool], parallel: 
 /// object or `<|python_tag|>` at the start (llama3_json) or a `[` there (pythonic), which are
 /// what the parsers read as calls.
 pub fn auto_call_grammar(format: ToolFormat, tools: &[FunctionTool], parallel: bool) -> String {
-    let tools: Vec<FunctionTool> = tools
+    // Python keyword arguments name the properties: only declared ones can be written.
+    let shaped: Vec<Cow<FunctionTool>> = tools
         .iter()
-        .map(|t| match (t.strict, format) {
-            // Python keyword arguments name the properties: only declared ones can be written.
-            (true, _) | (false, ToolFormat::Pythonic) => t.clone(),
-            (false, _) => loose(t),
+        .map(|t| match !t.strict && format != ToolFormat::Pythonic {
+            true => Cow::Owned(loose(t)),
+            false => Cow::Borrowed(t),
         })
         .collect();
-    let c = calls(format, &tools);
+    let shaped: Vec<&FunctionTool> = shaped.iter().map(|t| t.as_ref()).collect();
+    let c = calls(format, &shaped);
     let text = r"TEXT: /(?s:.*)/".to_string();
     // After the calls: any text (a call there is parsed too), or, with one call allowed,
     // text that opens no other.
     let rest = |tag: &str| match parallel {
-        true => ("TEXT", String::new()),
-        false => ("REST", format!(r"REST: /(?s:.*)/ & ~/(?s:.*){tag}(?s:.*)/")),
+        true => ("TEXT", None),
+        false => (
+            "REST",
+            Some(format!(r"REST: /(?s:.*)/ & ~/(?s:.*){tag}(?s:.*)/")),
+        ),
     };
     match format {
         ToolFormat::Hermes => {
@@ -165,14 +169,26 @@ pub fn auto_call_grammar(format: ToolFormat, tools: &[FunctionTool], parallel: b
                 false => format!("start: TEXT | head body {after}"),
             };
             let head = "head[lazy]: TEXT \"<tool_call>\"".to_string();
-            c.grammar(start, &[head, text, after_rule])
+            c.grammar(
+                start,
+                [Some(head), Some(text), after_rule]
+                    .into_iter()
+                    .flatten()
+                    .collect(),
+            )
         }
         ToolFormat::Mistral => {
             let (after, after_rule) = rest(r"\[TOOL_CALLS\]");
             let list = c.list(parallel);
             let start = format!("start: TEXT | head \"[\" {list} \"]\" {after}");
             let head = "head[lazy]: TEXT \"[TOOL_CALLS]\"".to_string();
-            c.grammar(start, &[head, text, after_rule])
+            c.grammar(
+                start,
+                [Some(head), Some(text), after_rule]
+                    .into_iter()
+                    .flatten()
+                    .collect(),
+            )
         }
         ToolFormat::Llama3Json | ToolFormat::Pythonic => {
             let (lead, opens) = match format {
@@ -182,7 +198,7 @@ pub fn auto_call_grammar(format: ToolFormat, tools: &[FunctionTool], parallel: b
             let (open, list, close) = (c.open, c.list(parallel), c.close);
             let start = format!("start: PLAIN | {lead} {open} {list} {close}");
             let plain = format!(r"PLAIN: /(?s:.*)/ & ~/\s*{opens}(?s:.*)/");
-            c.grammar(start, &[plain])
+            c.grammar(start, vec![plain])
         }
     }
 }
