@@ -27,20 +27,21 @@ import torch
 from hybridllm.attention.triton_backend import TritonAttentionBackend
 from hybridllm.executor.cuda_graph import DecodeGraphs
 from hybridllm.kernels.testing import build_metadata
-from hybridllm.models.config import LlamaConfig
-from hybridllm.models.llama import LlamaForCausalLM
+from hybridllm.models.interfaces import CausalLM, DecoderConfig
 from hybridllm.models.loader import load_model
+from hybridllm.models.registry import generation_config
 from hybridllm.step_types import AttentionMetadata
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def weight_bytes(model: LlamaForCausalLM) -> int:
+def weight_bytes(model: CausalLM) -> int:
     # Every parameter is read once per step (the tied embedding as the LM head).
+    assert isinstance(model, torch.nn.Module)
     return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
-def kv_bytes(cfg: LlamaConfig, num_keys: int, dtype: torch.dtype) -> int:
+def kv_bytes(cfg: DecoderConfig, num_keys: int, dtype: torch.dtype) -> int:
     per_token = 2 * cfg.num_key_value_heads * cfg.head_dim * dtype.itemsize
     return num_keys * per_token * cfg.num_hidden_layers
 
@@ -65,7 +66,7 @@ def time_steps(step: Callable[[], None], iters: int, device: torch.device) -> fl
 
 
 def bench_batch(
-    model: LlamaForCausalLM,
+    model: CausalLM,
     kv_caches: list[torch.Tensor],
     num_blocks: int,
     batch: int,
@@ -168,7 +169,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         shutil.copy(args.config, Path(tmp) / "config.json")
-        cfg = LlamaConfig.from_folder(tmp)
+        cfg = generation_config(tmp)
         model = load_model(Path(tmp), cfg, dtype, device, args.context + 64, load_format="dummy")
         if args.runner:
             report_runner(args, Path(tmp), cfg, model, dtype, batches)
@@ -203,8 +204,8 @@ def main() -> None:
         print(line, flush=True)
 
 
-def report_runner(args: argparse.Namespace, folder: Path, cfg: LlamaConfig,
-                  model: LlamaForCausalLM, dtype: torch.dtype, batches: list[int]) -> None:
+def report_runner(args: argparse.Namespace, folder: Path, cfg: DecoderConfig,
+                  model: CausalLM, dtype: torch.dtype, batches: list[int]) -> None:
     w_bytes = weight_bytes(model)
     del model  # the runner loads its own copy
     times, graphs = bench_runner(folder, batches, args.context, args.block_size, args.enforce_eager,

@@ -154,24 +154,21 @@ class EngineArgs:
         return cls(**{k: v for k, v in vars(args).items() if k in names})
 
     def resolve(self) -> EngineConfig:
-        from hybridllm.models.bert_config import BertConfig
-        from hybridllm.models.config import LlamaConfig
         from hybridllm.models.pooler_config import PoolerConfig
+        from hybridllm.models.registry import model_config
         from hybridllm.models.resolve import resolve_model
         from hybridllm.models.task import get_model_task
 
         folder = resolve_model(self.model)
         task = get_model_task(folder)
         pooler = None
+        # An architecture the registry does not list is refused here, before anything loads.
+        model_cfg = model_config(folder, task)
+        max_positions = default_len = model_cfg.max_positions
         if task == "embed":
-            model_cfg: LlamaConfig | BertConfig = BertConfig.from_folder(folder)
             pooler = PoolerConfig.from_folder(folder)
-            max_positions = model_cfg.max_positions
             # sentence-transformers' max_seq_length is the model's input limit (as in vLLM).
             default_len = min(pooler.max_seq_length or max_positions, max_positions)
-        else:
-            model_cfg = LlamaConfig.from_folder(folder)
-            max_positions = default_len = model_cfg.max_position_embeddings
         device = torch.device(
             ("cuda" if torch.cuda.is_available() else "cpu") if self.device == "auto"
             else self.device
@@ -186,6 +183,8 @@ class EngineArgs:
                 f"max_model_len ({max_model_len}) is larger than the model's "
                 f"max_position_embeddings ({max_positions})."
             )
+        if task == "generate":
+            model_cfg.verify(max_model_len)
         if self.block_size not in (8, 16, 32, 64, 128):
             raise ValueError(f"block_size must be one of 8, 16, 32, 64, 128; got {self.block_size}")
         batched = self.max_num_batched_tokens or (
@@ -251,7 +250,9 @@ def _check_shardable(cfg: Any, tp: int, name: str) -> None:
 class EngineConfig:
     args: EngineArgs
     model_path: Path
-    model: Any  # LlamaConfig, or BertConfig for embed (typed loosely: import-light module)
+    # models.interfaces.DecoderConfig, or ModelConfig (BertConfig) for embed (typed loosely:
+    # this module stays import-light)
+    model: Any
     served_model_name: str
     device: torch.device
     dtype: torch.dtype

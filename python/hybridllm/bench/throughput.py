@@ -87,11 +87,11 @@ def run_transformers(folder: str, prompts: list[list[int]], output_len: int, bat
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from hybridllm.models.config import LlamaConfig
+    from hybridllm.models.registry import generation_config
     from hybridllm.models.resolve import resolve_model
 
     folder = resolve_model(args.model)
-    vocab = LlamaConfig.from_folder(folder).vocab_size
+    vocab = generation_config(folder).vocab_size
     prompts = make_prompts(
         vocab, args.num_prompts, args.min_input_len, args.max_input_len, args.seed
     )

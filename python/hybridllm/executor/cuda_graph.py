@@ -19,7 +19,7 @@ import bisect
 import torch
 
 from hybridllm.attention import AttentionBackend
-from hybridllm.models.llama import LlamaForCausalLM
+from hybridllm.models.interfaces import CausalLM
 from hybridllm.step_types import AttentionMetadata
 
 MAX_CAPTURE_SIZE = 512
@@ -48,7 +48,7 @@ class DecodeGraphs:
 
     def __init__(
         self,
-        model: LlamaForCausalLM,
+        model: CausalLM,
         backend: AttentionBackend,
         kv_caches: list[torch.Tensor],
         sizes: list[int],
@@ -72,7 +72,7 @@ class DecodeGraphs:
         self.cu_seqlens_q = torch.arange(max_bs + 1, dtype=i32, device=dev)  # constant
         self.block_tables = torch.zeros(max_bs, max_blocks_per_seq, dtype=i32, device=dev)
         self.hidden = torch.zeros(
-            max_bs, model.cfg.hidden_size, dtype=model.embed_tokens.weight.dtype, device=dev
+            max_bs, model.cfg.hidden_size, dtype=model.dtype, device=dev
         )
         self.metas = {bs: self._meta(bs) for bs in sizes}
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}

@@ -8,7 +8,7 @@ import torch
 
 from hybridllm.attention import AttentionBackend
 from hybridllm.config import EngineConfig, cpu_default_kv_cache_bytes
-from hybridllm.models.llama import LlamaForCausalLM
+from hybridllm.models.interfaces import CausalLM
 from hybridllm.step_types import AttentionMetadata
 
 
@@ -112,7 +112,7 @@ def _prefill_metadata(lens: list[int], block_size: int, device: torch.device
 
 
 @torch.inference_mode()
-def profile_peak_bytes(config: EngineConfig, model: LlamaForCausalLM,
+def profile_peak_bytes(config: EngineConfig, model: CausalLM,
                        backend: AttentionBackend) -> int:
     """Weights plus the activation peak of one worst-case step: the forward over
     profile_batch(), LM-head logits and their log_softmax for every row (prompt logprobs can

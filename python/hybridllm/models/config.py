@@ -1,4 +1,5 @@
-"""The part of a Hugging Face config.json that the Llama family needs."""
+"""The part of a Hugging Face config.json that the Llama family (Llama, Mistral, Qwen2, Qwen3)
+needs. Which architectures load is models/registry.py's to say."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-SUPPORTED_ARCHITECTURES = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"}
+from hybridllm.models.registry import architecture_of
 
 
 @dataclass(frozen=True)
@@ -27,16 +28,30 @@ class LlamaConfig:
     bos_token_id: int | None
     eos_token_ids: tuple[int, ...]
     architecture: str
+    # Attention of the last sliding_window keys only (Mistral), in some layer at least; None:
+    # every layer attends to the whole context.
+    sliding_window: int | None = None
+
+    @property
+    def max_positions(self) -> int:
+        return self.max_position_embeddings
+
+    def verify(self, max_model_len: int) -> None:
+        """A window at least max_model_len long never cuts a sequence's context short, so it
+        is plain causal attention; a shorter one would need windowed attention, which no
+        attention path here implements."""
+        if self.sliding_window is not None and self.sliding_window < max_model_len:
+            raise ValueError(
+                f"{self.architecture}: sliding_window ({self.sliding_window}) is smaller than "
+                f"max_model_len ({max_model_len}); sliding-window attention is not supported, "
+                f"so pass --max-model-len {self.sliding_window} or less"
+            )
 
     @classmethod
-    def from_folder(cls, folder: str | Path) -> LlamaConfig:
+    def from_folder(cls, folder: str | Path, architecture: str | None = None) -> LlamaConfig:
+        """`architecture`: the registry's reading of config.json (by default read here)."""
         raw = json.loads((Path(folder) / "config.json").read_text())
-        arch = (raw.get("architectures") or ["LlamaForCausalLM"])[0]
-        if arch not in SUPPORTED_ARCHITECTURES:
-            raise ValueError(
-                f"architecture {arch} is not supported (supported: "
-                f"{', '.join(sorted(SUPPORTED_ARCHITECTURES))})"
-            )
+        arch = architecture or architecture_of(raw)
         # transformers 5 folds rope_theta/rope_scaling into rope_parameters.
         rope = dict(raw.get("rope_parameters") or raw.get("rope_scaling") or {})
         theta = float(rope.pop("rope_theta", raw.get("rope_theta", 10000.0)))
@@ -59,8 +74,24 @@ class LlamaConfig:
             rope_scaling=rope or None,
             max_position_embeddings=raw.get("max_position_embeddings", 2048),
             tie_word_embeddings=raw.get("tie_word_embeddings", False),
-            attention_bias=raw.get("attention_bias", arch == "Qwen2ForCausalLM"),
+            # Qwen2's q/k/v biases are the architecture's, not the config's (models/qwen2.py).
+            attention_bias=bool(raw.get("attention_bias", False)),
             bos_token_id=raw.get("bos_token_id"),
             eos_token_ids=eos_ids,
             architecture=arch,
+            sliding_window=_sliding_window(raw),
         )
+
+
+def _sliding_window(raw: dict) -> int | None:
+    """The window if any layer uses one. Qwen2 / Qwen3 configs carry a sliding_window they do
+    not use (use_sliding_window false); transformers 5 lists each layer's kind in layer_types."""
+    window = raw.get("sliding_window")
+    if window is None:
+        return None
+    layer_types = raw.get("layer_types")
+    if layer_types is not None:
+        return int(window) if "sliding_attention" in layer_types else None
+    if raw.get("use_sliding_window") is False:
+        return None
+    return int(window)

@@ -1,4 +1,5 @@
-"""Llama-family decoder (Llama, Mistral, Qwen2) over a paged KV cache.
+"""Llama-family decoder over a paged KV cache: Llama and Mistral here, Qwen2 (models/qwen2.py)
+and Qwen3 (models/qwen3.py) as subclasses that change how attention is built.
 
 forward() takes a flat batch of tokens from many sequences (prompt chunks and decode tokens
 mixed) and returns hidden states; compute_logits() runs the LM head only on the rows asked for.
@@ -28,7 +29,16 @@ from hybridllm.step_types import AttentionMetadata
 
 
 class LlamaAttention(nn.Module):
-    def __init__(self, cfg: LlamaConfig, tp: TensorParallelGroup = SINGLE) -> None:
+    """qkv_bias: biases on q / k / v; o_bias: on o_proj (under tensor parallelism rank 0
+    alone holds it, so the all-reduce adds it once)."""
+
+    def __init__(
+        self,
+        cfg: LlamaConfig,
+        tp: TensorParallelGroup = SINGLE,
+        qkv_bias: bool = False,
+        o_bias: bool = False,
+    ) -> None:
         super().__init__()
         self.tp = tp
         self.num_heads = tp.shard(cfg.num_attention_heads, "the attention heads")
@@ -37,10 +47,23 @@ class LlamaAttention(nn.Module):
         self.q_size = self.num_heads * self.head_dim
         self.kv_size = self.num_kv_heads * self.head_dim
         self.scale = self.head_dim**-0.5
-        self.qkv_proj = nn.Linear(
-            cfg.hidden_size, self.q_size + 2 * self.kv_size, bias=cfg.attention_bias
-        )
-        self.o_proj = nn.Linear(self.q_size, cfg.hidden_size, bias=False)
+        self.qkv_proj = nn.Linear(cfg.hidden_size, self.q_size + 2 * self.kv_size, bias=qkv_bias)
+        self.o_proj = nn.Linear(self.q_size, cfg.hidden_size, bias=o_bias)
+
+    def checkpoint_names(self) -> set[str]:
+        """This layer's tensors in a checkpoint, relative to `self_attn.`."""
+        names = {f"{x}_proj.weight" for x in "qkvo"}
+        if self.qkv_proj.bias is not None:
+            names |= {f"{x}_proj.bias" for x in "qkv"}
+        if self.o_proj.bias is not None:
+            names.add("o_proj.bias")
+        return names
+
+    def before_rotary(
+        self, q: torch.Tensor, k: torch.Tensor, ops: LayerOps
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """q [T, H, D] and k [T, Hkv, D] as RoPE gets them (Qwen3 normalizes each head here)."""
+        return q, k
 
     def forward(
         self,
@@ -53,12 +76,12 @@ class LlamaAttention(nn.Module):
         ops: LayerOps,
     ) -> torch.Tensor:
         q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q, k = ops.rotary_qk(
+        q, k = self.before_rotary(
             q.view(-1, self.num_heads, self.head_dim),
             k.view(-1, self.num_kv_heads, self.head_dim),
-            positions,
-            cos_sin,
+            ops,
         )
+        q, k = ops.rotary_qk(q, k, positions, cos_sin)
         v = v.view(-1, self.num_kv_heads, self.head_dim)
         key_cache, value_cache = kv_cache[0], kv_cache[1]
         backend.write_kv(k, v, key_cache, value_cache, meta.slot_mapping)
@@ -79,10 +102,12 @@ class LlamaMLP(nn.Module):
 
 
 class LlamaDecoderLayer(nn.Module):
-    def __init__(self, cfg: LlamaConfig, tp: TensorParallelGroup = SINGLE) -> None:
+    def __init__(
+        self, cfg: LlamaConfig, attention: LlamaAttention, tp: TensorParallelGroup = SINGLE
+    ) -> None:
         super().__init__()
         self.eps = cfg.rms_norm_eps
-        self.self_attn = LlamaAttention(cfg, tp)
+        self.self_attn = attention
         self.mlp = LlamaMLP(cfg, tp)
         self.input_layernorm = nn.Parameter(torch.ones(cfg.hidden_size))
         self.post_attention_layernorm = nn.Parameter(torch.ones(cfg.hidden_size))
@@ -109,6 +134,8 @@ class LlamaDecoderLayer(nn.Module):
 
 
 class LlamaForCausalLM(nn.Module):
+    config_class = LlamaConfig
+
     def __init__(
         self, cfg: LlamaConfig, max_positions: int, tp: TensorParallelGroup = SINGLE
     ) -> None:
@@ -117,7 +144,8 @@ class LlamaForCausalLM(nn.Module):
         self.tp = tp
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList(
-            LlamaDecoderLayer(cfg, tp) for _ in range(cfg.num_hidden_layers)
+            LlamaDecoderLayer(cfg, self.make_attention(cfg, tp), tp)
+            for _ in range(cfg.num_hidden_layers)
         )
         self.norm = nn.Parameter(torch.ones(cfg.hidden_size))
         # Vocab-parallel: rank r holds rows [r * V', (r + 1) * V') of the vocabulary padded to
@@ -135,6 +163,15 @@ class LlamaForCausalLM(nn.Module):
         self.ops: LayerOps = layers.TORCH_OPS
         # The LM head with a oneDNN-packed weight, once pack_for_cpu() has run.
         self.packed_lm_head: PackedLinear | None = None
+
+    def make_attention(self, cfg: LlamaConfig, tp: TensorParallelGroup) -> LlamaAttention:
+        """One layer's attention: where the family's variants differ. Llama's config says
+        whether every projection has a bias (Mistral's says nothing: none)."""
+        return LlamaAttention(cfg, tp, qkv_bias=cfg.attention_bias, o_bias=cfg.attention_bias)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.embed_tokens.weight.dtype
 
     def set_layer_ops(self, ops: LayerOps) -> None:
         self.ops = ops
@@ -196,8 +233,7 @@ class LlamaForCausalLM(nn.Module):
                     part = _rank_slice(name, tensor, self.tp)
                     param.narrow(0, start, size).copy_(part.to(param.dtype))
             loaded.add(name)
-        expected = _expected_hf_names(self.cfg)
-        missing = expected - loaded
+        missing = self._checkpoint_names() - loaded
         if missing:
             raise ValueError(f"checkpoint is missing {len(missing)} tensors, e.g. {min(missing)}")
 
@@ -208,6 +244,18 @@ class LlamaForCausalLM(nn.Module):
         rows = full[start : start + self.vocab_per_rank]
         param.zero_()
         param[: rows.shape[0]].copy_(rows.to(param.dtype))
+
+    def _checkpoint_names(self) -> set[str]:
+        """Every tensor a checkpoint of this model must have."""
+        names = {"model.embed_tokens.weight", "model.norm.weight"}
+        if not self.cfg.tie_word_embeddings:
+            names.add("lm_head.weight")
+        for i, layer in enumerate(self.layers):
+            p = f"model.layers.{i}."
+            names |= {p + "input_layernorm.weight", p + "post_attention_layernorm.weight"}
+            names |= {p + "self_attn." + n for n in layer.self_attn.checkpoint_names()}
+            names |= {p + f"mlp.{x}_proj.weight" for x in ("gate", "up", "down")}
+        return names
 
 
 def _local_config(cfg: LlamaConfig, tp: TensorParallelGroup) -> LlamaConfig:
@@ -235,6 +283,8 @@ def _rank_slice(name: str, tensor: torch.Tensor, tp: TensorParallelGroup) -> tor
     if any(p in parts for p in _COLUMN_PARALLEL):
         return tensor.chunk(tp.world_size, dim=0)[tp.rank]
     if any(p in parts for p in _ROW_PARALLEL):
+        if tensor.dim() == 1:  # a bias: added once, by rank 0, to the summed output
+            return tensor if tp.rank == 0 else torch.zeros_like(tensor)
         return tensor.chunk(tp.world_size, dim=1)[tp.rank]
     return tensor
 
@@ -267,15 +317,3 @@ def _map_hf_name(name: str, cfg: LlamaConfig) -> tuple[str | None, tuple[int, in
             parts[i] = fused
             return ".".join(parts), (start, size)
     return name, None
-
-
-def _expected_hf_names(cfg: LlamaConfig) -> set[str]:
-    names = {"model.embed_tokens.weight", "model.norm.weight"}
-    if not cfg.tie_word_embeddings:
-        names.add("lm_head.weight")
-    for i in range(cfg.num_hidden_layers):
-        p = f"model.layers.{i}."
-        names |= {p + "input_layernorm.weight", p + "post_attention_layernorm.weight"}
-        names |= {p + f"self_attn.{x}_proj.weight" for x in "qkvo"}
-        names |= {p + f"mlp.{x}_proj.weight" for x in ("gate", "up", "down")}
-    return names

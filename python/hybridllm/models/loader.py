@@ -1,5 +1,6 @@
-"""Build a model from a Hugging Face folder: config, empty module, safetensors weights (the
-Llama-family decoder, or a BERT-family encoder for embeddings)."""
+"""Build a model from a Hugging Face folder: config, empty module, safetensors weights (a
+decoder of the class models/registry.py names for its architecture, or a BERT-family encoder
+for embeddings)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from safetensors import safe_open
 from hybridllm.distributed.parallel_state import SINGLE, TensorParallelGroup
 from hybridllm.models.bert import BertModel
 from hybridllm.models.bert_config import BertConfig
-from hybridllm.models.config import LlamaConfig
-from hybridllm.models.llama import LlamaForCausalLM
+from hybridllm.models.interfaces import CausalLM, DecoderConfig
+from hybridllm.models.registry import model_class
 
 
 def iter_safetensors(folder: Path) -> Iterator[tuple[str, torch.Tensor]]:
@@ -28,16 +29,16 @@ def iter_safetensors(folder: Path) -> Iterator[tuple[str, torch.Tensor]]:
 
 def load_model(
     folder: Path,
-    cfg: LlamaConfig,
+    cfg: DecoderConfig,
     dtype: torch.dtype,
     device: torch.device,
     max_positions: int,
     load_format: str = "safetensors",
     tp: TensorParallelGroup = SINGLE,
-) -> LlamaForCausalLM:
+) -> CausalLM:
     """Under tensor parallelism each rank reads the whole checkpoint and keeps its shard."""
     with torch.device(device):
-        model = LlamaForCausalLM(cfg, max_positions, tp)
+        model = model_class(cfg.architecture)(cfg, max_positions, tp)
     model.to(dtype=dtype)
     model.cos_sin = model.cos_sin.float()  # RoPE tables stay fp32 whatever the weights' dtype
     if load_format == "dummy":

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import torch
 
-from hybridllm.models.config import LlamaConfig
+from hybridllm.models.interfaces import DecoderConfig
 from hybridllm.sampling.sampler import Sampler
 from hybridllm.step_types import TokenSampler
 
 
-def build_sampler(model: LlamaConfig, seed: int, device: torch.device) -> TokenSampler:
+def build_sampler(model: DecoderConfig, seed: int, device: torch.device) -> TokenSampler:
     """The Triton sampler on CUDA, the torch one elsewhere."""
     if device.type == "cuda":
         from hybridllm.sampling.gpu_sampler import GpuSampler  # imports Triton
