@@ -20,6 +20,7 @@ _TEXT_GENERATION_MODELS: dict[str, tuple[str, str]] = {
     # Llama's layout; a sliding window shorter than the context is refused (LlamaConfig.verify).
     "MistralForCausalLM": ("llama", "LlamaForCausalLM"),
     "Qwen2ForCausalLM": ("qwen2", "Qwen2ForCausalLM"),
+    "Qwen3ForCausalLM": ("qwen3", "Qwen3ForCausalLM"),
 }
 
 # For a config.json without `architectures` (the bundled GGUF conversion writes none).
@@ -27,6 +28,7 @@ _MODEL_TYPES = {
     "llama": "LlamaForCausalLM",
     "mistral": "MistralForCausalLM",
     "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
 }
 
 
