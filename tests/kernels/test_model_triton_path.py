@@ -1,27 +1,35 @@
 """End to end: a tiny dummy Llama step over a mixed batch with the fused Triton layer ops
 (the model's explicit switch) and the Triton attention backend, vs torch layers + torch
-backend. fp32, so 1e-5 relative to the output scale (the per-kernel differences are ~1e-7)."""
+backend. fp32, so 1e-5 relative to the output scale (the per-kernel differences are ~1e-7).
+The same for Qwen2 (q/k/v biases) and Qwen3 (per-head q/k norms through the fused RMSNorm,
+head_dim 32 where hidden / heads is 16)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import pytest
 import torch
 
 from hybridllm.attention.torch_ref import TorchAttentionBackend
 from hybridllm.attention.triton_backend import TritonAttentionBackend
 from hybridllm.kernels.testing import build_metadata
 from hybridllm.models import layers
-from hybridllm.models.config import LlamaConfig
 from hybridllm.models.fused_ops import select_layer_ops, triton_ops
 from hybridllm.models.loader import load_model
+from hybridllm.models.registry import generation_config
 
 TINY = {
     "architectures": ["LlamaForCausalLM"], "hidden_size": 96, "intermediate_size": 160,
     "num_hidden_layers": 2, "num_attention_heads": 6, "num_key_value_heads": 2,
     "head_dim": 16, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
     "tie_word_embeddings": True, "vocab_size": 300,
+}
+VARIANTS = {
+    "llama": {},
+    "qwen2": {"architectures": ["Qwen2ForCausalLM"]},
+    "qwen3": {"architectures": ["Qwen3ForCausalLM"], "head_dim": 32},
 }
 
 
@@ -31,9 +39,10 @@ def test_layer_ops_selection() -> None:
     assert select_layer_ops(torch.device("cpu"), "triton").name == "triton"
 
 
-def test_tiny_llama_step(tmp_path: Path, device: torch.device) -> None:
-    (tmp_path / "config.json").write_text(json.dumps(TINY))
-    cfg = LlamaConfig.from_folder(tmp_path)
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_tiny_llama_step(variant: str, tmp_path: Path, device: torch.device) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(TINY | VARIANTS[variant]))
+    cfg = generation_config(tmp_path)
     model = load_model(tmp_path, cfg, torch.float32, device, 128, load_format="dummy")
     g = torch.Generator().manual_seed(11)
     block_size, num_blocks = 16, 12
