@@ -1,6 +1,8 @@
 """Tensor parallelism on gloo (CPU): greedy tokens of TP=3 on the bundled model (9 heads, 3 KV
-heads, tied LM head) and of TP=2 on a small random checkpoint (8 heads, 4 KV heads, untied
-head) equal TP=1's, fp32, 8 prompts x 32 tokens. Where a token differs the test demands a
+heads, tied LM head), of TP=2 on a small random checkpoint (8 heads, 4 KV heads, untied
+head) and of TP=2 on tiny random Qwen3 checkpoints (4 heads, 2 KV heads, per-head q/k norms
+replicated; once with attention_bias, so q/k/v biases are split and o_proj's is rank 0's
+alone) equal TP=1's, fp32, 8 prompts x 32 tokens. Where a token differs the test demands a
 near-tie at that position in the TP=1 run (its top two logprobs within 1e-4, the other run's
 token among them) and compares no further in that sequence, as vLLM's check_logprobs_close
 does. Two "nodes" over 127.0.0.1 (node 0 serving with the Rust frontend, node 1 headless)
@@ -22,6 +24,7 @@ from safetensors.torch import save_file
 from hybridllm import LLM, SamplingParams
 from tests.golden.kinds import PROMPTS
 from tests.launch import CLI, alive, free_port, process_tree, spawn, start, stop
+from tests.models.checkpoints import make_checkpoint
 
 MAX_TOKENS = 32
 # A small KV cache per rank: the default (2 GiB) is sized for serving, not for this test.
@@ -108,6 +111,15 @@ def test_tp3_bundled_model_equals_tp1(model_path: Path) -> None:
 def test_tp2_small_model_equals_tp1(small_model: Path, small_reference) -> None:
     got = _generate(str(small_model), 2)
     ties = assert_same_or_near_tie(small_reference, got)
+    assert ties <= 2, f"{ties} of 8 sequences ended at a near-tie"
+
+
+@pytest.mark.parametrize("bias", [False, True], ids=["qwen3", "qwen3_attention_bias"])
+def test_tp2_qwen3_equals_tp1(bias: bool, tmp_path: Path, model_path: Path) -> None:
+    make_checkpoint("qwen3", tmp_path, model_path, attention_bias=bias)
+    ref = _generate(str(tmp_path), 1)
+    got = _generate(str(tmp_path), 2)
+    ties = assert_same_or_near_tie(ref, got)
     assert ties <= 2, f"{ties} of 8 sequences ended at a near-tie"
 
 
