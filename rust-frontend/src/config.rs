@@ -28,6 +28,9 @@
 //!   "enable_auto_tool_choice": false,         // --enable-auto-tool-choice
 //!   "reasoning_parser": null,                 // --reasoning-parser: deepseek_r1, qwen3
 //!   "enable_force_include_usage": false,      // every stream ends with its usage
+//!   "enable_prompt_tokens_details": false,    // usage shows prefix-cache hits
+//!   "enable_server_load_tracking": false,     // GET /load counts requests in flight
+//!   "root_path": null,                        // --root-path: served under this prefix too
 //!   "enable_request_id_headers": false        // every response carries X-Request-Id
 //! }
 //! ```
@@ -76,6 +79,12 @@ pub struct ServeConfig {
     pub reasoning_parser: Option<String>,
     /// vLLM's `--enable-force-include-usage`: every stream ends with its usage.
     pub enable_force_include_usage: bool,
+    /// vLLM's `--enable-prompt-tokens-details`: usage's `prompt_tokens_details.cached_tokens`.
+    pub enable_prompt_tokens_details: bool,
+    /// vLLM's `--enable-server-load-tracking`: GET /load counts the requests in flight.
+    pub enable_server_load_tracking: bool,
+    /// `--root-path`: behind a proxy under this prefix (stripped or not by the proxy).
+    pub root_path: Option<String>,
     /// vLLM's `--enable-request-id-headers`: every response carries `X-Request-Id` (the
     /// request's, or a new one).
     pub enable_request_id_headers: bool,
@@ -112,6 +121,9 @@ impl Default for ServeConfig {
             enable_auto_tool_choice: false,
             reasoning_parser: None,
             enable_force_include_usage: false,
+            enable_prompt_tokens_details: false,
+            enable_server_load_tracking: false,
+            root_path: None,
             enable_request_id_headers: false,
         }
     }
@@ -156,7 +168,7 @@ fn env_keys(json: Option<String>, list: Option<String>) -> anyhow::Result<Vec<St
 
 impl ServeConfig {
     pub fn parse(json: &str) -> anyhow::Result<Self> {
-        let c: Self =
+        let mut c: Self =
             serde_json::from_str(json).map_err(|e| anyhow::anyhow!("invalid --args-json: {e}"))?;
         if let Some(s) = &c.structured_outputs_config {
             s.check()?;
@@ -168,6 +180,8 @@ impl ServeConfig {
         if let Some(name) = &c.reasoning_parser {
             hybridllm_api::reasoning::ReasoningFormat::from_name(name)?;
         }
+        c.root_path = hybridllm_api::root_path::normalise(c.root_path.as_deref())
+            .map_err(anyhow::Error::msg)?;
         Ok(c)
     }
 
@@ -198,6 +212,7 @@ impl ServeConfig {
             enable_auto_tool_choice: self.enable_auto_tool_choice,
             reasoning_parser: self.reasoning_parser.clone(),
             enable_force_include_usage: self.enable_force_include_usage,
+            enable_prompt_tokens_details: self.enable_prompt_tokens_details,
         }
     }
 }

@@ -292,6 +292,7 @@ pub fn state(engine: Arc<FakeEngine>) -> Arc<AppState> {
             tools: Default::default(),
             reasoning: None,
             force_include_usage: false,
+            prompt_tokens_details: false,
             warnings: vec![],
         },
         model_path: String::new(),

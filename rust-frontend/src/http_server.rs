@@ -1,16 +1,23 @@
-//! The HTTP server around the router (axum-server, on hyper): the listening socket, TLS
-//! (rustls) when a certificate and key are given, HTTP/1 limits, TCP_NODELAY, a send timeout
-//! and graceful shutdown bounded by `shutdown_timeout_s`.
+//! The HTTP server around the router (axum-server, on hyper): the listening socket (TCP, or a
+//! Unix socket with `--uds`), TLS (rustls) when a certificate and key are given, HTTP/1
+//! limits, TCP_NODELAY, a send timeout and graceful shutdown bounded by `shutdown_timeout_s`.
 use axum::Router;
 use axum_server::accept::Accept;
 use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
-use axum_server::Handle;
+use axum_server::{Address, Handle};
 use std::future::Ready;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::time::Duration;
-use tokio::net::TcpStream;
+use tokio::net::{TcpStream, UnixStream};
 use tokio_io_timeout::TimeoutStream;
+
+/// Where the server listens.
+pub enum Listener {
+    Tcp(std::net::TcpListener),
+    /// `--uds`: plain HTTP on a Unix socket (no TLS: the socket file's permissions guard it).
+    Unix(std::os::unix::net::UnixListener),
+}
 
 /// hyper answers more header fields than this with its own bare 431; up to it, `limits.rs`
 /// answers with an OpenAI error body (its limit is lower).
@@ -58,6 +65,19 @@ struct TcpAcceptor {
 
 type Conn = Pin<Box<TimeoutStream<TcpStream>>>;
 
+/// A Unix socket's connections get the send timeout (there is no Nagle to turn off).
+impl<S> Accept<UnixStream, S> for TcpAcceptor {
+    type Stream = Pin<Box<TimeoutStream<UnixStream>>>;
+    type Service = S;
+    type Future = Ready<std::io::Result<(Self::Stream, S)>>;
+
+    fn accept(&self, stream: UnixStream, service: S) -> Self::Future {
+        let mut stream = TimeoutStream::new(stream);
+        stream.set_write_timeout(self.send);
+        std::future::ready(Ok((Box::pin(stream), service)))
+    }
+}
+
 impl<S> Accept<TcpStream, S> for TcpAcceptor {
     type Stream = Conn;
     type Service = S;
@@ -78,7 +98,7 @@ const FLUSH_AFTER_DEADLINE: Duration = Duration::from_millis(500);
 /// Serves until SIGTERM/SIGINT, then lets in-flight requests finish for at most
 /// `timeouts.grace`.
 pub async fn run(
-    listener: std::net::TcpListener,
+    listener: Listener,
     app: Router,
     tls: Option<RustlsConfig>,
     timeouts: Timeouts,
@@ -88,20 +108,32 @@ pub async fn run(
         header_read,
         send,
     } = timeouts;
-    let handle: Handle<SocketAddr> = Handle::new();
-    let on_signal = handle.clone();
-    tokio::spawn(async move {
-        shutdown_signal().await;
-        tracing::info!("shutting down: no new connections, draining in-flight requests");
-        // At `grace` the streams still open end with an error event (shutdown.rs); the
-        // connections are closed a moment later, once those events are written.
-        on_signal.graceful_shutdown(Some(grace + FLUSH_AFTER_DEADLINE));
-        tokio::time::sleep(grace).await;
-        crate::shutdown::deadline_passed();
-    });
     let service = app.into_make_service();
-    let server = axum_server::from_tcp(listener)?.handle(handle).http1_only();
     let tcp = TcpAcceptor { send };
+    let listener = match listener {
+        Listener::Tcp(l) => l,
+        Listener::Unix(l) => {
+            anyhow::ensure!(
+                tls.is_none(),
+                "--uds serves plain HTTP: drop --ssl-certfile"
+            );
+            let handle = drain_on_signal(grace);
+            let mut server = axum_server::from_unix(l)?
+                .handle(handle)
+                .http1_only()
+                .acceptor(tcp);
+            server
+                .http_builder()
+                .http1()
+                .max_headers(HYPER_MAX_HEADERS)
+                .header_read_timeout(header_read);
+            server.serve(service).await?;
+            tracing::info!("shut down");
+            return Ok(());
+        }
+    };
+    let handle: Handle<SocketAddr> = drain_on_signal(grace);
+    let server = axum_server::from_tcp(listener)?.handle(handle).http1_only();
     match tls {
         None => {
             let mut server = server.acceptor(tcp);
@@ -124,6 +156,22 @@ pub async fn run(
     }
     tracing::info!("shut down");
     Ok(())
+}
+
+/// A handle that, on SIGTERM/SIGINT, stops taking connections and drains for `grace`.
+fn drain_on_signal<A: Address + Send + 'static>(grace: Duration) -> Handle<A> {
+    let handle = Handle::new();
+    let on_signal = handle.clone();
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        tracing::info!("shutting down: no new connections, draining in-flight requests");
+        // At `grace` the streams still open end with an error event (shutdown.rs); the
+        // connections are closed a moment later, once those events are written.
+        on_signal.graceful_shutdown(Some(grace + FLUSH_AFTER_DEADLINE));
+        tokio::time::sleep(grace).await;
+        crate::shutdown::deadline_passed();
+    });
+    handle
 }
 
 async fn shutdown_signal() {

@@ -67,6 +67,7 @@ pub fn table() -> Vec<Route> {
         route(Method::GET, "/v1/models", get(openai::models::models)),
         route(Method::GET, "/health", get(openai::models::health)),
         route(Method::GET, "/version", get(openai::models::version)),
+        route(Method::GET, "/load", get(openai::models::load)),
         route(Method::GET, "/openapi.json", get(openai::models::openapi)),
         // Open (no key: the page asks for one), unless --disable-playground.
         route(Method::GET, "/", get(openai::models::playground)),

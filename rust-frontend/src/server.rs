@@ -62,7 +62,36 @@ pub fn router(state: Arc<AppState>) -> Router {
             .layer(SetRequestIdLayer::x_request_id(NewRequestId)),
         false => router,
     };
-    router.with_state(state)
+    let root = state.config.root_path.clone();
+    let router = router.with_state(state);
+    match root {
+        None => router,
+        // Before routing (a layer on the router runs after it): the whole router is the
+        // fallback of one that takes the prefix off.
+        Some(root) => {
+            let strip = axum::middleware::map_request(move |mut req: axum::extract::Request| {
+                let root = root.clone();
+                async move {
+                    let uri = req.uri();
+                    if let Some(path) = hybridllm_api::root_path::route_path(&root, uri.path()) {
+                        let rest = match uri.query() {
+                            Some(q) => format!("{path}?{q}"),
+                            None => path.to_string(),
+                        };
+                        if let Ok(pq) = rest.parse::<axum::http::uri::PathAndQuery>() {
+                            let mut parts = uri.clone().into_parts();
+                            parts.path_and_query = Some(pq);
+                            if let Ok(u) = axum::http::Uri::from_parts(parts) {
+                                *req.uri_mut() = u;
+                            }
+                        }
+                    }
+                    req
+                }
+            });
+            Router::new().fallback_service(tower::Layer::layer(&strip, router))
+        }
+    }
 }
 
 /// Everything that can fail before serving fails here, with a clear message (exit non-zero).
@@ -148,15 +177,19 @@ pub async fn build_state(args: &ServeArgs) -> anyhow::Result<Arc<AppState>> {
     }))
 }
 
-/// The parent bound the socket (so the port is reserved before we start); we listen on it.
-fn inherited_listener(fd: i32) -> anyhow::Result<std::net::TcpListener> {
+/// The parent bound the socket (so the port, or `--uds` path, is reserved before we start);
+/// we listen on it.
+fn inherited_listener(fd: i32) -> anyhow::Result<http_server::Listener> {
     use std::os::fd::FromRawFd;
     // SAFETY: the fd is handed to us by the parent process for exactly this purpose and is
     // not used anywhere else in this process.
     let socket = unsafe { socket2::Socket::from_raw_fd(fd) };
     socket.listen(2048)?;
     socket.set_nonblocking(true)?;
-    Ok(socket.into())
+    Ok(match socket.domain()? {
+        socket2::Domain::UNIX => http_server::Listener::Unix(socket.into()),
+        _ => http_server::Listener::Tcp(socket.into()),
+    })
 }
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
@@ -166,7 +199,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         None => {
             let l = std::net::TcpListener::bind((args.host.as_str(), args.port))?;
             l.set_nonblocking(true)?;
-            l
+            http_server::Listener::Tcp(l)
         }
     };
     let state = build_state(&args).await?;
@@ -182,7 +215,14 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         _ => anyhow::bail!("--ssl-certfile and --ssl-keyfile go together"),
     };
     let scheme = if tls.is_some() { "https" } else { "http" };
-    tracing::info!("listening on {scheme}://{}", listener.local_addr()?);
+    match &listener {
+        http_server::Listener::Tcp(l) => {
+            tracing::info!("listening on {scheme}://{}", l.local_addr()?)
+        }
+        http_server::Listener::Unix(l) => {
+            tracing::info!("listening on unix:{:?}", l.local_addr()?.as_pathname())
+        }
+    }
     let grace = Duration::from_secs_f64(state.config.shutdown_timeout_s.max(0.0));
     let enabled = |s: f64| (s > 0.0).then(|| Duration::from_secs_f64(s));
     let timeouts = http_server::Timeouts {

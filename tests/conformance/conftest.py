@@ -27,8 +27,9 @@ MODES = ("py-inproc", "py-grpc", "rust")
 KIND = {"py-inproc": "python", "py-grpc": "python-grpc", "rust": "rust"}  # tests/launch.py's
 API_KEY = "sk-conformance"
 MAX_MODEL_LEN = 512
+# --enable-prompt-tokens-details: usage shows prefix-cache hits (cache_salt's check).
 ENGINE_FLAGS = ["--max-model-len", str(MAX_MODEL_LEN), "--kv-cache-memory", str(64 << 20),
-                "--max-num-seqs", "8"]
+                "--max-num-seqs", "8", "--enable-prompt-tokens-details"]
 # The bundled model's converted folder; the `servers` fixture makes sure it exists.
 MODEL = cache_dir() / "models" / DEFAULT_MODEL
 

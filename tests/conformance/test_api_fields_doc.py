@@ -40,7 +40,7 @@ def test_counts_are_the_tables_rows() -> None:
 
 # A value asking for something, per refused field (a new refused row needs one here).
 VLLM_REFUSED: dict[str, Any] = {
-    "return_token_ids": True, "kv_transfer_params": {"a": 1}, "vllm_xargs": {"a": 1},
+    "kv_transfer_params": {"a": 1}, "vllm_xargs": {"a": 1},
     "thinking_token_budget": 64, "watermarking": True, "truncation_side": "right",
     "logprob_token_ids": [5],
     "repetition_detection": {"max_pattern_size": 4}, "stream_interval": 4,

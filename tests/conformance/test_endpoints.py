@@ -48,7 +48,21 @@ def test_tokenize_detokenize(servers: dict) -> None:
     value = _same(servers, "POST", "/tokenize", {"prompt": "Hello, 世界"})
     assert value["max_model_len"] == MAX_MODEL_LEN
     assert value["count"] == len(value["tokens"]) > 0
+    assert value["token_strs"] is None  # vLLM's: null unless asked for
     _same(servers, "POST", "/detokenize", DETOKENIZE)
+
+
+def test_tokenize_returns_token_strs(servers: dict) -> None:
+    """vLLM's `return_token_strs`: each id's vocabulary string, as transformers'
+    `convert_ids_to_tokens` gives it (byte-level marks kept)."""
+    from transformers import AutoTokenizer
+
+    from tests.conformance.conftest import MODEL
+    value = _same(servers, "POST", "/tokenize",
+                  {"prompt": "Hello, 世界 hi", "return_token_strs": True})
+    hf = AutoTokenizer.from_pretrained(MODEL)
+    assert value["token_strs"] == hf.convert_ids_to_tokens(value["tokens"])
+    assert value["token_strs"][:3] == ["Hello", ",", "Ġ"]
 
 
 def test_models_version(servers: dict) -> None:

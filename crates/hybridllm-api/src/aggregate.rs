@@ -11,6 +11,8 @@ use serde_json::Value;
 /// Everything one sequence produced.
 pub struct ChoiceOutput {
     pub text: String,
+    /// The generated token ids.
+    pub token_ids: Vec<u32>,
     /// One per generated token, when asked for.
     pub logprobs: Vec<PositionLogprobs>,
     pub finish: Finish,
@@ -30,6 +32,7 @@ pub struct Collected {
 pub struct Collector {
     n: usize,
     texts: Vec<String>,
+    token_ids: Vec<Vec<u32>>,
     logprobs: Vec<Vec<PositionLogprobs>>,
     finishes: Vec<Option<Finish>>,
     usage: Usage,
@@ -44,6 +47,7 @@ impl Collector {
         Collector {
             n,
             texts: vec![String::new(); num_prompts * n],
+            token_ids: vec![vec![]; num_prompts * n],
             logprobs: vec![vec![]; num_prompts * n],
             finishes: vec![None; num_prompts * n],
             usage: Usage::new(prompt_lens),
@@ -65,6 +69,7 @@ impl Collector {
                 let c = p * self.n + out.index as usize;
                 self.usage.on_output(out.num_tokens);
                 self.texts[c].push_str(&out.text);
+                self.token_ids[c].extend(out.token_ids);
                 self.logprobs[c].extend(out.logprobs);
                 if out.finish.is_some() {
                     self.finishes[c] = out.finish;
@@ -77,10 +82,12 @@ impl Collector {
         let choices = self
             .texts
             .into_iter()
+            .zip(self.token_ids)
             .zip(self.logprobs)
             .zip(self.finishes)
-            .map(|((text, logprobs), finish)| ChoiceOutput {
+            .map(|(((text, token_ids), logprobs), finish)| ChoiceOutput {
                 text,
+                token_ids,
                 logprobs,
                 // The stream ended without a finish reason for it.
                 finish: finish.unwrap_or(Finish {

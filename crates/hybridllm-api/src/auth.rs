@@ -56,6 +56,7 @@ impl Auth {
     pub fn is_open(&self, path: &str) -> bool {
         path == "/health"
             || path == "/version"
+            || path == "/load"
             || (path == "/" && self.playground)
             || (path == "/metrics" && self.metrics_no_auth)
     }

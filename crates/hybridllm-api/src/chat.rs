@@ -213,6 +213,7 @@ impl ChatCall {
             model: ctx.model_name().to_string(),
             include_usage: self.include_usage,
             continuous_usage: self.continuous_usage,
+            prompt_details: ctx.prompt_tokens_details,
         };
         let tools = self.tools.map(|plan| ResponseTools {
             parsers: (0..self.params.n).map(|_| plan.format.parser()).collect(),
@@ -235,6 +236,7 @@ impl ChatCall {
             echo: self.echo,
             stream: self.stream,
             usage: Usage::new(vec![ids.len()]),
+            prompt_ids: self.params.token_ids.then(|| ids.clone()),
             head,
         };
         let gen = GenRequest {
@@ -257,6 +259,9 @@ struct ChoiceDelta<'a> {
     /// vLLM's extension, on the last chunk of a choice only.
     #[serde(skip_serializing_if = "Option::is_none")]
     stop_reason: Option<&'a Value>,
+    /// vLLM's `return_token_ids`: the ids this chunk came from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    token_ids: Option<&'a [u32]>,
 }
 
 #[derive(Serialize)]
@@ -375,14 +380,17 @@ pub struct ChatResponse {
     echo: String,
     pub stream: bool,
     usage: Usage,
+    /// `return_token_ids`: the prompt's ids.
+    prompt_ids: Option<Vec<u32>>,
 }
 
 impl ChatResponse {
     /// A role chunk per choice, then the echo's chunk per choice when there is one.
     pub fn opening(&self) -> Vec<Bytes> {
         let (prompt, _) = self.usage.running(0, 0);
+        let no_ids: &[u32] = &[];
         let first = |i: u32, role: Option<&'static str>, content: &str| {
-            self.head.frame_running(
+            self.head.frame_first(
                 &[ChoiceDelta {
                     index: i,
                     delta: Delta {
@@ -394,7 +402,9 @@ impl ChatResponse {
                     logprobs: &Value::Null,
                     finish_reason: None,
                     stop_reason: None,
+                    token_ids: self.prompt_ids.as_ref().map(|_| no_ids),
                 }],
+                role.and(self.prompt_ids.as_deref()),
                 prompt,
                 0,
             )
@@ -426,9 +436,15 @@ impl ChatResponse {
         };
         self.usage
             .on_choice_output(out.index as usize, out.num_tokens);
+        let ids = self
+            .prompt_ids
+            .is_some()
+            .then_some(out.token_ids.as_slice());
+        let has_ids = ids.is_some_and(|ids| !ids.is_empty());
         if out.text.is_empty()
             && out.finish.is_none()
             && (out.logprobs.is_empty() || self.logprobs.is_none())
+            && !has_ids
         {
             return None;
         }
@@ -452,7 +468,7 @@ impl ChatResponse {
             }
         };
         let said = !reasoning.is_empty() || content.is_some() || !tool_calls.is_empty();
-        if !said && finish.is_none() && lp.is_null() {
+        if !said && finish.is_none() && lp.is_null() && !has_ids {
             return None;
         }
         let c = ChoiceDelta {
@@ -466,6 +482,7 @@ impl ChatResponse {
             logprobs: &lp,
             finish_reason: finish.map(|f| finish_reason(f.reason, called)),
             stop_reason: finish.map(|f| &f.stop_reason),
+            token_ids: ids,
         };
         let (prompt, done) = self.usage.running(0, out.index as usize);
         Some(self.head.frame_running(&[c], prompt, done))
@@ -473,9 +490,10 @@ impl ChatResponse {
 
     /// The last chunk: the usage, when asked for.
     pub fn closing(&self) -> Option<Bytes> {
-        self.head
-            .include_usage
-            .then(|| self.head.usage_frame(&self.usage.to_json()))
+        self.head.include_usage.then(|| {
+            self.head
+                .usage_frame(&self.usage.to_json(self.head.prompt_details))
+        })
     }
 
     /// The whole (not streamed) response.
@@ -487,7 +505,11 @@ impl ChatResponse {
             .map(|(i, choice)| self.choice(tok, i, choice))
             .collect();
         let prompt_logprobs = c.prompt_logprobs.into_iter().next().unwrap_or_default();
-        self.completion(choices, c.usage.body(), prompt_logprobs)
+        self.completion(
+            choices,
+            c.usage.body(self.head.prompt_details),
+            prompt_logprobs,
+        )
     }
 
     /// Choice `i` of the body, from its collected output.
@@ -538,6 +560,7 @@ impl ChatResponse {
             logprobs: self.logprobs_json(tok, &choice.logprobs),
             finish_reason: finish_reason(choice.finish.reason, called),
             stop_reason: choice.finish.stop_reason,
+            token_ids: self.prompt_ids.as_ref().map(|_| choice.token_ids),
         }
     }
 
@@ -556,6 +579,7 @@ impl ChatResponse {
             choices,
             usage,
             prompt_logprobs,
+            prompt_token_ids: self.prompt_ids.as_deref(),
         };
         serde_json::to_value(body).expect("a chat completion serializes")
     }
@@ -574,6 +598,9 @@ pub struct ChatCompletion<'a> {
     /// vLLM's, of the prompt when asked for (null otherwise; null for its first token).
     #[schema(value_type = Option<Vec<Option<Object>>>, required = true)]
     prompt_logprobs: Value,
+    /// vLLM's, with `return_token_ids`: the prompt's token ids (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt_token_ids: Option<&'a [u32]>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -586,6 +613,9 @@ pub struct ChatChoice {
     finish_reason: &'static str,
     /// vLLM's: the stop string or token id that ended it, or null.
     stop_reason: Value,
+    /// vLLM's, with `return_token_ids`: the generated token ids (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    token_ids: Option<Vec<u32>>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -631,6 +661,7 @@ mod tests {
     fn output(index: u32, text: &str, n: usize, finish: Option<(&'static str, Value)>) -> GenEvent {
         GenEvent::Output(SeqOutput {
             index,
+            token_ids: vec![],
             text: text.into(),
             num_tokens: n,
             logprobs: vec![],
@@ -651,7 +682,11 @@ mod tests {
 
     #[test]
     fn streamed_chunks() {
-        let ctx = test_context();
+        // --enable-prompt-tokens-details: the usage shows the prefix cache's hits.
+        let ctx = ApiContext {
+            prompt_tokens_details: true,
+            ..test_context()
+        };
         let body = json!({"messages": [{"role": "user", "content": "Hello"}], "stream": true,
                           "stream_options": {"include_usage": true}, "max_tokens": 5});
         let (gen, mut resp) = call(&ctx, body);
@@ -703,6 +738,54 @@ mod tests {
     }
 
     #[test]
+    fn token_ids_as_vllm_returns_them() {
+        let ctx = test_context();
+        let body = json!({"messages": [{"role": "user", "content": "Hello"}], "stream": true,
+                          "return_token_ids": true});
+        let (gen, mut resp) = call(&ctx, body);
+        let tok = &ctx.tokenizer;
+        // The role chunk carries the prompt's ids at the top; each output chunk its own ids,
+        // even one whose text is held back.
+        let opening = parsed(&resp.opening()[0]);
+        assert_eq!(opening["prompt_token_ids"], json!(gen.prompt_ids));
+        assert_eq!(opening["choices"][0]["token_ids"], json!([]));
+        let mut out = |text: &str, ids: Vec<u32>| {
+            let GenEvent::Output(mut o) = output(0, text, ids.len(), None) else {
+                unreachable!()
+            };
+            o.token_ids = ids;
+            resp.event(tok, 0, &GenEvent::Output(o)).map(|f| parsed(&f))
+        };
+        let first = out(" world", vec![7, 8]).unwrap();
+        assert_eq!(first["choices"][0]["token_ids"], json!([7, 8]));
+        assert!(first.get("prompt_token_ids").is_none());
+        let held = out("", vec![9]).unwrap();
+        assert_eq!(held["choices"][0]["delta"], json!({"content": ""}));
+        assert_eq!(held["choices"][0]["token_ids"], json!([9]));
+        assert!(out("", vec![]).is_none());
+        // Not streamed: the prompt's ids at the top, each choice's ids in it.
+        let body = json!({"messages": [{"role": "user", "content": "Hello"}],
+                          "return_token_ids": true});
+        let (gen, resp) = call(&ctx, body);
+        let mut c = Collector::new(1, vec![3]);
+        let GenEvent::Output(mut o) = output(0, " world", 2, Some(("stop", Value::Null))) else {
+            unreachable!()
+        };
+        o.token_ids = vec![7, 8];
+        c.push(tok, 0, GenEvent::Output(o));
+        let v = resp.body(tok, c.finish());
+        assert_eq!(v["prompt_token_ids"], json!(gen.prompt_ids));
+        assert_eq!(v["choices"][0]["token_ids"], json!([7, 8]));
+        // Without it, neither key.
+        let (_, resp) = call(
+            &ctx,
+            json!({"messages": [{"role": "user", "content": "Hello"}]}),
+        );
+        let v = resp.body(tok, Collector::new(1, vec![3]).finish());
+        assert!(v.get("prompt_token_ids").is_none() && v["choices"][0].get("token_ids").is_none());
+    }
+
+    #[test]
     fn one_body() {
         let ctx = test_context();
         let body = json!({"messages": [{"role": "user", "content": "Hello"}], "n": 2});
@@ -726,7 +809,7 @@ mod tests {
                      "logprobs": null, "finish_reason": "length", "stop_reason": null},
                 ],
                 "usage": {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6,
-                          "prompt_tokens_details": {"cached_tokens": 0}},
+                          "prompt_tokens_details": null},
                 "prompt_logprobs": null,
             })
         );

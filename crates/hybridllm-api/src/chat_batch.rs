@@ -2,8 +2,8 @@
 //! conversations. Each conversation runs as its own engine request under the shared fields,
 //! and the answer is one `chat.completion` with a choice per conversation (index = its
 //! place in the list) and their usage summed. As vLLM, not streamed and without tools,
-//! beam search or `n` > 1; `prompt_logprobs` is refused too (the body has one place for
-//! them, and N prompts).
+//! beam search or `n` > 1; `prompt_logprobs` and `return_token_ids` are refused too (the
+//! body has one place for a prompt's, and N prompts).
 use crate::aggregate::Collected;
 use crate::chat::{ChatCall, ChatRequest, ChatResponse};
 use crate::context::ApiContext;
@@ -23,7 +23,7 @@ pub struct ChatBatchCall {
 
 /// What the batch endpoint refuses that a single chat request allows: (field, whether
 /// `fields` asks for it, the refusal).
-fn batch_limits(fields: &Map<String, Value>) -> [(&'static str, bool, &'static str); 5] {
+fn batch_limits(fields: &Map<String, Value>) -> [(&'static str, bool, &'static str); 6] {
     let set = |k: &str| fields.get(k).is_some_and(|v| !v.is_null());
     let is = |k: &str, v: Value| fields.get(k) == Some(&v);
     [
@@ -53,6 +53,11 @@ fn batch_limits(fields: &Map<String, Value>) -> [(&'static str, bool, &'static s
             "prompt_logprobs",
             set("prompt_logprobs"),
             "Batch chat completions do not return prompt_logprobs.",
+        ),
+        (
+            "return_token_ids",
+            is("return_token_ids", Value::Bool(true)),
+            "Batch chat completions do not return token ids (one place for N prompts' ids).",
         ),
     ]
 }
@@ -152,7 +157,8 @@ impl ChatBatchResponse {
             .enumerate()
             .map(|(i, (choice, part))| part.choice(tok, i, choice))
             .collect();
-        self.parts[0].completion(choices, c.usage.body(), Value::Null)
+        let details = self.parts[0].head.prompt_details;
+        self.parts[0].completion(choices, c.usage.body(details), Value::Null)
     }
 }
 

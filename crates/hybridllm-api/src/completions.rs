@@ -210,6 +210,10 @@ impl CompletionCall {
         }
         let n = self.params.n as usize;
         let prompt_lens: Vec<usize> = gens.iter().map(|g| g.prompt_ids.len()).collect();
+        let prompt_ids = self
+            .params
+            .token_ids
+            .then(|| gens.iter().map(|g| g.prompt_ids.clone()).collect());
         let resp = CompletionResponse {
             head: ChunkHead {
                 id,
@@ -218,9 +222,12 @@ impl CompletionCall {
                 model: ctx.model_name().to_string(),
                 include_usage: self.include_usage,
                 continuous_usage: self.continuous_usage,
+                prompt_details: ctx.prompt_tokens_details,
             },
             n,
             offsets: vec![0; prompt_lens.len() * n],
+            ids_sent: vec![false; prompt_lens.len() * n],
+            prompt_ids,
             usage: Usage::new(prompt_lens.clone()),
             prompt_lens,
             echoes,
@@ -242,6 +249,12 @@ struct TextChoice<'a> {
     logprobs: &'a Value,
     finish_reason: Option<&'static str>,
     stop_reason: &'a Value,
+    /// `return_token_ids`: the prompt's ids, on a choice's first chunk.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt_token_ids: Option<Vec<u32>>,
+    /// `return_token_ids`: the ids this chunk's text came from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    token_ids: Option<&'a [u32]>,
 }
 
 /// The response of one completion request, from its prompts' engine events.
@@ -261,25 +274,43 @@ pub struct CompletionResponse {
     pub stream: bool,
     /// Per choice: the text offset of its next token's logprobs.
     offsets: Vec<usize>,
+    /// `return_token_ids`: each prompt's ids.
+    prompt_ids: Option<Vec<Vec<u32>>>,
+    /// Per choice: whether a chunk has carried its prompt's ids yet.
+    ids_sent: Vec<bool>,
     usage: Usage,
 }
 
 impl CompletionResponse {
+    /// Choice `ci`'s prompt ids, on its first chunk only (`return_token_ids`).
+    fn first_ids(&mut self, ci: usize) -> Option<Vec<u32>> {
+        let ids = self.prompt_ids.as_ref()?;
+        (!std::mem::replace(&mut self.ids_sent[ci], true)).then(|| ids[ci / self.n].clone())
+    }
+
+    /// `return_token_ids`: these ids, else nothing.
+    fn ids<'a>(&self, ids: &'a [u32]) -> Option<&'a [u32]> {
+        self.prompt_ids.is_some().then_some(ids)
+    }
+
     /// The echoed prompts (those without logprobs: the others wait for the engine).
-    pub fn opening(&self) -> Vec<Bytes> {
+    pub fn opening(&mut self) -> Vec<Bytes> {
         if !self.echo || self.echo_logprobs {
             return vec![];
         }
         let mut out = vec![];
-        for (p, text) in self.echoes.iter().enumerate() {
+        for p in 0..self.echoes.len() {
             let (prompt, _) = self.usage.running(p, 0);
             for j in 0..self.n {
+                let prompt_token_ids = self.first_ids(p * self.n + j);
                 let choice = [TextChoice {
                     index: p * self.n + j,
-                    text,
+                    text: &self.echoes[p],
                     logprobs: &Value::Null,
                     finish_reason: None,
                     stop_reason: &Value::Null,
+                    prompt_token_ids,
+                    token_ids: self.ids(&[]),
                 }];
                 out.push(self.head.frame_running(&choice, prompt, 0));
             }
@@ -304,12 +335,15 @@ impl CompletionResponse {
                     }
                     self.offsets[ci] = lp.offset;
                     let (prompt, done) = self.usage.running(p, ci);
+                    let prompt_token_ids = self.first_ids(ci);
                     let choice = [TextChoice {
                         index: ci,
                         text: &self.echoes[p],
                         logprobs: &lp.to_json(),
                         finish_reason: None,
                         stop_reason: &Value::Null,
+                        prompt_token_ids,
+                        token_ids: self.ids(&[]),
                     }];
                     frames.push(self.head.frame_running(&choice, prompt, done));
                 }
@@ -322,6 +356,7 @@ impl CompletionResponse {
         if out.text.is_empty()
             && out.finish.is_none()
             && (out.logprobs.is_empty() || self.logprobs.is_none())
+            && (out.token_ids.is_empty() || self.prompt_ids.is_none())
         {
             return vec![];
         }
@@ -342,21 +377,25 @@ impl CompletionResponse {
             None => (None, &Value::Null),
         };
         let (prompt, done) = self.usage.running(p, ci);
+        let prompt_token_ids = self.first_ids(ci);
         let choice = [TextChoice {
             index: ci,
             text: &out.text,
             logprobs: &lp,
             finish_reason: reason,
             stop_reason,
+            prompt_token_ids,
+            token_ids: self.ids(&out.token_ids),
         }];
         vec![self.head.frame_running(&choice, prompt, done)]
     }
 
     /// The last chunk: the usage, when asked for.
     pub fn closing(&self) -> Option<Bytes> {
-        self.head
-            .include_usage
-            .then(|| self.head.usage_frame(&self.usage.to_json()))
+        self.head.include_usage.then(|| {
+            self.head
+                .usage_frame(&self.usage.to_json(self.head.prompt_details))
+        })
     }
 
     /// The whole (not streamed) response.
@@ -388,6 +427,8 @@ impl CompletionResponse {
                     finish_reason: choice.finish.reason,
                     stop_reason: choice.finish.stop_reason,
                     prompt_logprobs: c.prompt_logprobs[i / n].clone(),
+                    prompt_token_ids: self.prompt_ids.as_ref().map(|p| p[i / n].clone()),
+                    token_ids: self.prompt_ids.as_ref().map(|_| choice.token_ids),
                 }
             })
             .collect();
@@ -397,7 +438,7 @@ impl CompletionResponse {
             created: self.head.created,
             model: &self.head.model,
             choices,
-            usage: c.usage.body(),
+            usage: c.usage.body(self.head.prompt_details),
         };
         serde_json::to_value(body).expect("a completion serializes")
     }
@@ -429,6 +470,12 @@ pub struct CompletionChoice {
     /// vLLM's, of the prompt when asked for (null otherwise; null for its first token).
     #[schema(value_type = Option<Vec<Option<Object>>>, required = true)]
     prompt_logprobs: Value,
+    /// vLLM's, with `return_token_ids`: the prompt's token ids (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt_token_ids: Option<Vec<u32>>,
+    /// vLLM's, with `return_token_ids`: the generated token ids (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    token_ids: Option<Vec<u32>>,
 }
 
 #[cfg(test)]
@@ -474,6 +521,7 @@ mod tests {
         let done = || {
             GenEvent::Output(SeqOutput {
                 index: 0,
+                token_ids: vec![],
                 text: " foo".into(),
                 num_tokens: 1,
                 logprobs: vec![],

@@ -47,6 +47,8 @@ pub struct ApiContext {
     pub reasoning: Option<ReasoningFormat>,
     /// `--enable-force-include-usage`: every stream ends with its usage, asked or not.
     pub force_include_usage: bool,
+    /// `--enable-prompt-tokens-details`: usage shows the prefix cache's hits.
+    pub prompt_tokens_details: bool,
     /// What the shell logs once at start-up (e.g. a template that ignores tools).
     pub warnings: Vec<String>,
 }
@@ -92,6 +94,8 @@ pub struct ApiOptions {
     pub reasoning_parser: Option<String>,
     /// `--enable-force-include-usage`.
     pub enable_force_include_usage: bool,
+    /// `--enable-prompt-tokens-details`.
+    pub enable_prompt_tokens_details: bool,
 }
 
 impl ApiOptions {
@@ -168,6 +172,7 @@ impl ApiContext {
             tools,
             reasoning,
             force_include_usage: o.enable_force_include_usage,
+            prompt_tokens_details: o.enable_prompt_tokens_details,
             warnings,
             vocab_size,
             grammars,
@@ -298,6 +303,7 @@ pub(crate) fn test_context() -> ApiContext {
         tools: ToolOptions::default(),
         reasoning: None,
         force_include_usage: false,
+        prompt_tokens_details: false,
         warnings: vec![],
     }
 }

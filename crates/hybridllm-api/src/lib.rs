@@ -23,6 +23,7 @@ pub mod reasoning;
 pub mod request;
 pub mod response_store;
 pub mod responses;
+pub mod root_path;
 pub mod sampling;
 pub mod sequence_text;
 pub mod sse;

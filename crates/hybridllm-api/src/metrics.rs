@@ -243,6 +243,38 @@ impl Metrics {
         }
     }
 
+    /// vLLM's ORCA load report for a request's `endpoint-load-metrics-format` (`text` or
+    /// `json`, any case; None for another): the value of its `endpoint-load-metrics` response
+    /// header, from the gauges as the last load report set them. Values are written as
+    /// Python floats, as vLLM writes them.
+    pub fn orca_header(&self, format: &str) -> Option<String> {
+        let named = [
+            ("num_requests_waiting", self.waiting.get() as f64),
+            ("kv_cache_usage_perc", self.kv_usage.get()),
+        ];
+        let float = |v: f64| crate::text::pyjson::py_float(v, true);
+        match format.to_ascii_lowercase().as_str() {
+            "text" => {
+                let pairs: Vec<String> = named
+                    .iter()
+                    .map(|(k, v)| format!("named_metrics.{k}={}", float(*v)))
+                    .collect();
+                Some(format!("TEXT {}", pairs.join(", ")))
+            }
+            "json" => {
+                let pairs: Vec<String> = named
+                    .iter()
+                    .map(|(k, v)| format!("\"{k}\": {}", float(*v)))
+                    .collect();
+                Some(format!(
+                    "JSON {{\"named_metrics\": {{{}}}}}",
+                    pairs.join(", ")
+                ))
+            }
+            _ => None,
+        }
+    }
+
     /// The exposition text of every family.
     pub fn encode(&self) -> String {
         let mut buf = Vec::new();
@@ -314,5 +346,24 @@ mod tests {
         let t = EngineLoad::sum(&[a, b]);
         assert_eq!((t.num_running, t.prompt_tokens_total), (3, 12));
         assert!((t.kv_cache_usage - 0.375).abs() < 1e-6);
+    }
+
+    #[test]
+    fn orca_reports_as_vllm_writes_them() {
+        let m = Metrics::new();
+        m.apply_load(&EngineLoad {
+            num_waiting: 3,
+            kv_cache_usage: 0.25,
+            ..Default::default()
+        });
+        assert_eq!(
+            m.orca_header("TEXT").unwrap(),
+            "TEXT named_metrics.num_requests_waiting=3.0, named_metrics.kv_cache_usage_perc=0.25"
+        );
+        assert_eq!(
+            m.orca_header("json").unwrap(),
+            r#"JSON {"named_metrics": {"num_requests_waiting": 3.0, "kv_cache_usage_perc": 0.25}}"#
+        );
+        assert_eq!(m.orca_header("bin"), None);
     }
 }

@@ -115,6 +115,9 @@ const OPS: &[Op] = &[
          answer_says: "Healthy", errors: &[] },
     Op { method: HttpMethod::Get, path: "/version", id: "version", summary: "Server version",
          body: None, answer: Answer::Json(None), answer_says: "{version}", errors: &[] },
+    Op { method: HttpMethod::Get, path: "/load", id: "load",
+         summary: "Requests in flight (vLLM's; 0 without --enable-server-load-tracking)",
+         body: None, answer: Answer::Json(None), answer_says: "{server_load}", errors: &[] },
     Op { method: HttpMethod::Get, path: "/openapi.json", id: "openapi", summary: "This document",
          body: None, answer: Answer::Json(None), answer_says: "OpenAPI 3.1", errors: KEY },
     Op { method: HttpMethod::Get, path: "/", id: "playground",
@@ -435,7 +438,7 @@ mod tests {
             })
             .map(|(p, _)| p)
             .collect();
-        assert_eq!(open, ["/health", "/version", "/"]);
+        assert_eq!(open, ["/health", "/version", "/load", "/"]);
         assert_eq!(d["paths"]["/health"]["get"]["security"], json!([]));
         assert_eq!(d["security"], json!([{"bearer": []}]));
         assert_eq!(

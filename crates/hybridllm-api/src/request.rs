@@ -136,7 +136,6 @@ const OUTPUT_CONSTRAINTS: &[Unhonoured] = unhonoured! {
 
 /// vLLM's extensions of both generate endpoints that are not implemented yet.
 const VLLM_EXTENSIONS: &[Unhonoured] = unhonoured! {
-    "return_token_ids" => empty_or_false, VLLM;
     "logits_processors" => empty_or_false, VLLM;
     "kv_transfer_params" => never, VLLM;
     "vllm_xargs" => never, VLLM;

@@ -38,6 +38,9 @@ struct Chunk<'a, C: Serialize> {
     choices: &'a [C],
     #[serde(skip_serializing_if = "Option::is_none")]
     usage: Option<&'a Value>,
+    /// vLLM's `return_token_ids` on a chat stream's role chunks: the prompt's ids.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt_token_ids: Option<&'a [u32]>,
 }
 
 /// What every streamed chunk of one response repeats.
@@ -51,6 +54,8 @@ pub struct ChunkHead {
     /// `continuous_usage_stats` (with `include_usage`, as vLLM): each chunk's `usage` is the
     /// running count of the choice it carries instead of null.
     pub continuous_usage: bool,
+    /// `--enable-prompt-tokens-details`.
+    pub prompt_details: bool,
 }
 
 impl ChunkHead {
@@ -61,15 +66,29 @@ impl ChunkHead {
 
     /// A chunk of one choice, with that choice's running usage under `continuous_usage`.
     pub fn frame_running<C: Serialize>(&self, choices: &[C], prompt: usize, done: usize) -> Bytes {
-        if !self.continuous_usage {
-            return self.frame(choices);
-        }
-        let usage = serde_json::json!({
-            "prompt_tokens": prompt,
-            "completion_tokens": done,
-            "total_tokens": prompt + done,
+        self.frame_first(choices, None, prompt, done)
+    }
+
+    /// `frame_running`, with the prompt's ids at the top (a chat stream's first chunks).
+    pub fn frame_first<C: Serialize>(
+        &self,
+        choices: &[C],
+        prompt_ids: Option<&[u32]>,
+        prompt: usize,
+        done: usize,
+    ) -> Bytes {
+        let usage = self.continuous_usage.then(|| {
+            serde_json::json!({
+                "prompt_tokens": prompt,
+                "completion_tokens": done,
+                "total_tokens": prompt + done,
+            })
         });
-        self.frame_with_usage(choices, Some(&usage))
+        let usage = match &usage {
+            Some(u) => Some(u),
+            None => self.include_usage.then_some(&Value::Null),
+        };
+        self.frame_full(choices, usage, prompt_ids)
     }
 
     /// The last chunk: no choices, the usage.
@@ -78,6 +97,15 @@ impl ChunkHead {
     }
 
     fn frame_with_usage<C: Serialize>(&self, choices: &[C], usage: Option<&Value>) -> Bytes {
+        self.frame_full(choices, usage, None)
+    }
+
+    fn frame_full<C: Serialize>(
+        &self,
+        choices: &[C],
+        usage: Option<&Value>,
+        prompt_token_ids: Option<&[u32]>,
+    ) -> Bytes {
         frame(&Chunk {
             id: &self.id,
             object: self.object,
@@ -85,6 +113,7 @@ impl ChunkHead {
             model: &self.model,
             choices,
             usage,
+            prompt_token_ids,
         })
     }
 }
@@ -102,6 +131,7 @@ mod tests {
             model: "m".into(),
             include_usage: true,
             continuous_usage: false,
+            prompt_details: false,
         };
         assert_eq!(
             &head.frame(&[1])[..],

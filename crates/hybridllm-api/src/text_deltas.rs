@@ -27,6 +27,8 @@ pub struct SeqOutput {
     /// Text safe to show (stop strings held back or cut).
     pub text: String,
     pub num_tokens: usize,
+    /// The step's token ids (for `return_token_ids`).
+    pub token_ids: Vec<u32>,
     pub logprobs: Vec<PositionLogprobs>,
     /// Set on the sequence's last output.
     pub finish: Option<Finish>,
@@ -91,6 +93,7 @@ impl TextDeltas {
             index: d.index,
             text,
             num_tokens: d.token_ids.len(),
+            token_ids: d.token_ids,
             logprobs: d.logprobs,
             finish,
         }))

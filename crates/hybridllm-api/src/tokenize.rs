@@ -18,6 +18,9 @@ pub struct TokenizeRequest {
     #[schema(value_type = Option<Vec<ChatMessage>>)]
     pub messages: Option<Vec<Value>>,
     pub add_special_tokens: Option<bool>,
+    /// vLLM's: the tokens' vocabulary strings beside their ids (`token_strs`, else null).
+    #[serde(default)]
+    pub return_token_strs: bool,
     #[serde(flatten)]
     pub template: TemplateArgs,
 }
@@ -30,6 +33,7 @@ impl RequestBody for TokenizeRequest {
 pub struct TokenizeCall {
     pub text: String,
     pub add_special_tokens: bool,
+    pub return_token_strs: bool,
 }
 
 impl TokenizeCall {
@@ -47,14 +51,24 @@ impl TokenizeCall {
         Ok(TokenizeCall {
             text,
             add_special_tokens: req.add_special_tokens.unwrap_or(default_special),
+            return_token_strs: req.return_token_strs,
         })
     }
 
-    pub fn body(ctx: &ApiContext, tokens: &[u32]) -> Value {
+    /// The body for `tokens`; `token_strs`: the vocabulary's string of each (as vLLM's
+    /// `convert_ids_to_tokens`), or null.
+    pub fn body(ctx: &ApiContext, tokens: &[u32], token_strs: bool) -> Value {
+        let strs = token_strs.then(|| {
+            tokens
+                .iter()
+                .map(|&t| ctx.tokenizer.id_to_token(t))
+                .collect()
+        });
         serde_json::to_value(TokenizeResponse {
             count: tokens.len(),
             max_model_len: ctx.max_model_len,
             tokens,
+            token_strs: strs,
         })
         .expect("a tokenize body serializes")
     }
@@ -66,6 +80,8 @@ pub struct TokenizeResponse<'a> {
     pub count: usize,
     pub max_model_len: u32,
     pub tokens: &'a [u32],
+    /// With `return_token_strs`; null otherwise.
+    pub token_strs: Option<Vec<String>>,
 }
 
 /// The body of /detokenize.
@@ -91,6 +107,13 @@ pub fn detokenize(ctx: &ApiContext, req: DetokenizeRequest) -> Result<Value, Api
         .decode(&req.tokens, DecodeOpts::default())
         .map_err(ApiError::Internal)?;
     Ok(serde_json::to_value(DetokenizeResponse { prompt }).expect("a detokenize body serializes"))
+}
+
+/// GET /load, vLLM's: the generation requests in flight when `--enable-server-load-tracking`
+/// is on, else 0 (as vLLM, which counts nothing then). Open, like /health: load balancers
+/// poll it.
+pub fn load(in_flight: i64, tracking: bool) -> Value {
+    json!({"server_load": if tracking { in_flight.max(0) } else { 0 }})
 }
 
 /// GET /v1/models: each served name, `created` when the server started, `root` the model's

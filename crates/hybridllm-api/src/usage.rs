@@ -88,7 +88,8 @@ pub struct CompletionUsage {
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
     pub total_tokens: usize,
-    pub prompt_tokens_details: CachedTokens,
+    /// vLLM's: with `--enable-prompt-tokens-details` and a prefix-cache hit; else null.
+    pub prompt_tokens_details: Option<CachedTokens>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -141,21 +142,23 @@ impl Usage {
         (self.prompt_tokens.get(prompt).copied().unwrap_or(0), done)
     }
 
-    pub fn body(&self) -> CompletionUsage {
+    /// `details`: `--enable-prompt-tokens-details`, under which (as vLLM) the cached-token
+    /// count shows when there is one.
+    pub fn body(&self, details: bool) -> CompletionUsage {
         let prompt: usize = self.prompt_tokens.iter().sum();
         let completion = self.completion_tokens;
         CompletionUsage {
             prompt_tokens: prompt,
             completion_tokens: completion,
             total_tokens: prompt + completion,
-            prompt_tokens_details: CachedTokens {
+            prompt_tokens_details: (details && self.cached_tokens > 0).then_some(CachedTokens {
                 cached_tokens: self.cached_tokens,
-            },
+            }),
         }
     }
 
-    pub fn to_json(&self) -> Value {
-        serde_json::to_value(self.body()).expect("usage serializes")
+    pub fn to_json(&self, details: bool) -> Value {
+        serde_json::to_value(self.body(details)).expect("usage serializes")
     }
 
     /// The Responses API's shape of the same counts.

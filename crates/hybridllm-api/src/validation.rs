@@ -134,6 +134,8 @@ pub struct SamplingRequest {
     pub truncate_prompt_tokens: Option<i64>,
     /// Logprobs name tokens as `token_id:<id>` (for tokens that are not valid text).
     pub return_tokens_as_token_ids: Option<bool>,
+    /// vLLM's: the prompt's token ids and each choice's output ids in the response.
+    pub return_token_ids: Option<bool>,
     /// Prefix-cache hits only between requests with the same salt (a tenant's secret).
     pub cache_salt: Option<String>,
     /// vLLM's: only these token ids may be sampled (at least one, each in the vocabulary).
@@ -170,6 +172,8 @@ pub struct GenParams {
     pub truncate: Option<usize>,
     /// `return_tokens_as_token_ids`.
     pub tokens_as_ids: bool,
+    /// `return_token_ids`.
+    pub token_ids: bool,
     /// An output constraint not compiled yet (`compile_constraint`); once compiled, its
     /// grammar is `sampling.grammar`.
     pub constraint: Option<Constraint>,
@@ -542,6 +546,7 @@ impl SamplingRequest {
             beam: None,
             truncate: None,
             tokens_as_ids: self.return_tokens_as_token_ids.unwrap_or(false),
+            token_ids: self.return_token_ids.unwrap_or(false),
             constraint: None,
             priority: 0,
             session_id: self.session_id.clone().filter(|s| !s.is_empty()),

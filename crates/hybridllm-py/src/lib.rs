@@ -344,6 +344,7 @@ impl Context {
                 tools: Default::default(),
                 reasoning: None,
                 force_include_usage: false,
+                prompt_tokens_details: false,
                 warnings: vec![],
             }),
         })
@@ -356,7 +357,8 @@ impl Context {
                         chat_template, max_tokens_limit, max_beam_width,
                         structured_outputs_config=None, tool_call_parser=None,
                         enable_auto_tool_choice=false, reasoning_parser=None,
-                        enable_force_include_usage=false))]
+                        enable_force_include_usage=false,
+                        enable_prompt_tokens_details=false))]
     #[allow(clippy::too_many_arguments)]
     fn from_model(
         model_info: &Bound<'_, PyAny>,
@@ -371,6 +373,7 @@ impl Context {
         enable_auto_tool_choice: bool,
         reasoning_parser: Option<String>,
         enable_force_include_usage: bool,
+        enable_prompt_tokens_details: bool,
     ) -> PyResult<Self> {
         let err = |e: anyhow::Error| PyValueError::new_err(format!("{e:#}"));
         let structured =
@@ -388,6 +391,7 @@ impl Context {
             enable_auto_tool_choice,
             reasoning_parser,
             enable_force_include_usage,
+            enable_prompt_tokens_details,
         };
         let m = model_info;
         macro_rules! read {
@@ -632,11 +636,11 @@ impl Response {
 #[pymethods]
 impl Response {
     /// The frames before any event (streamed only).
-    fn opening<'py>(&self, py: Python<'py>) -> Vec<Bound<'py, PyBytes>> {
+    fn opening<'py>(&mut self, py: Python<'py>) -> Vec<Bound<'py, PyBytes>> {
         if !self.stream {
             return vec![];
         }
-        let frames = match &self.kind {
+        let frames = match &mut self.kind {
             Kind::Chat(r) => r.opening(),
             Kind::Completion(r) => r.opening(),
             Kind::ChatBatch(_) => vec![],
@@ -1143,16 +1147,34 @@ impl EmbeddingResponse {
 /// POST /tokenize's body, valid: the text to tokenize and whether with special tokens
 /// (raises ApiError).
 #[pyfunction]
-fn tokenize_call(ctx: &Context, body: &[u8]) -> PyResult<(String, bool)> {
+fn tokenize_call(ctx: &Context, body: &[u8]) -> PyResult<(String, bool, bool)> {
     let req = parse_body::<TokenizeRequest>(body).map_err(api_error)?;
     let call = TokenizeCall::new(&ctx.inner, req).map_err(api_error)?;
-    Ok((call.text, call.add_special_tokens))
+    Ok((call.text, call.add_special_tokens, call.return_token_strs))
 }
 
 /// POST /tokenize's response body (JSON) for the ids.
 #[pyfunction]
-fn tokenize_body(ctx: &Context, tokens: Vec<u32>) -> String {
-    TokenizeCall::body(&ctx.inner, &tokens).to_string()
+fn tokenize_body(ctx: &Context, tokens: Vec<u32>, token_strs: bool) -> String {
+    TokenizeCall::body(&ctx.inner, &tokens, token_strs).to_string()
+}
+
+/// `--root-path` as a prefix (None for none); a ValueError when it is not a path.
+#[pyfunction]
+fn normalise_root_path(root: Option<&str>) -> PyResult<Option<String>> {
+    hybridllm_api::root_path::normalise(root).map_err(PyValueError::new_err)
+}
+
+/// The path routes see: without the `--root-path` prefix when it has it (None: as it is).
+#[pyfunction]
+fn route_path(root: &str, path: &str) -> Option<String> {
+    hybridllm_api::root_path::route_path(root, path).map(String::from)
+}
+
+/// GET /load's body (JSON): `metrics`' requests in flight when `tracking`.
+#[pyfunction]
+fn load(metrics: &Metrics, tracking: bool) -> String {
+    hybridllm_api::tokenize::load(metrics.inner.in_flight.get(), tracking).to_string()
 }
 
 /// `--enable-request-id-headers`: the `X-Request-Id` for a request that came without one.
@@ -1299,6 +1321,12 @@ impl Metrics {
             .with_label_values(&["0"]);
         load.sub(cost);
         self.inner.e2e.observe(seconds);
+    }
+
+    /// vLLM's `endpoint-load-metrics` header value for a requested format (None: no such
+    /// format), from the last load applied.
+    fn orca_header(&self, format: &str) -> Option<String> {
+        self.inner.orca_header(format)
     }
 
     /// The worker's LoadResponse (read by attribute).
@@ -1488,6 +1516,9 @@ fn _api(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tokenize_call, m)?)?;
     m.add_function(wrap_pyfunction!(tokenize_body, m)?)?;
     m.add_function(wrap_pyfunction!(detokenize, m)?)?;
+    m.add_function(wrap_pyfunction!(load, m)?)?;
+    m.add_function(wrap_pyfunction!(normalise_root_path, m)?)?;
+    m.add_function(wrap_pyfunction!(route_path, m)?)?;
     m.add_function(wrap_pyfunction!(models, m)?)?;
     m.add_function(wrap_pyfunction!(openapi_json, m)?)?;
     m.add_function(wrap_pyfunction!(new_request_id, m)?)?;

@@ -117,7 +117,7 @@ def select_mode(args: argparse.Namespace) -> str:
                                  "together: the frontend starts its own workers")
         return "rust"
     for flag, value in (("--connect-engine", args.connect_engine),
-                        ("--listen-fd", args.listen_fd),
+                        ("--listen-fd", args.listen_fd), ("--uds", args.uds),
                         ("--data-parallel-rank", args.data_parallel_rank)):
         if value is not None:
             raise ServeModeError(f"--data-parallel-external-lb and {flag} cannot go together: "
@@ -139,6 +139,9 @@ def run(args: argparse.Namespace) -> int:
     args.model = args.model or args.model_tag
     if (args.ssl_certfile is None) != (args.ssl_keyfile is None):
         print("hybridllm serve: --ssl-certfile and --ssl-keyfile go together", flush=True)
+        return 2
+    if args.uds is not None and args.ssl_certfile is not None:
+        print("hybridllm serve: --uds serves plain HTTP: drop --ssl-certfile", flush=True)
         return 2
     check_chat_template(args.chat_template)
     try:
@@ -202,12 +205,13 @@ def run_rust_frontend(args: argparse.Namespace) -> int:
     from hybridllm.entrypoints.rust_frontend import (
         RustFrontendProcessManager,
         bind_listen_socket,
+        listen_url,
         spawn,
         wait_or_kill,
     )
     from hybridllm.server.grpc_client import wait_until_serving
 
-    sock = bind_listen_socket(args.host, args.port)  # the port is reserved from here on
+    sock = bind_listen_socket(args.host, args.port, args.uds)  # reserved from here on
     n = args.data_parallel_size
     folder = tempfile.mkdtemp(prefix="hybridllm-")
     addresses = ["unix://" + os.path.join(folder, "engine.sock" if n == 1 else f"engine-{r}.sock")
@@ -228,8 +232,8 @@ def run_rust_frontend(args: argparse.Namespace) -> int:
             if not wait_until_serving(a, w, stop):
                 return 0 if stop.is_set() else _died(_name(r, n), w.returncode)
         frontend.start()
-        url = f"{'https' if args.ssl_certfile else 'http'}://{args.host}:{args.port}"
-        if _wait_http_ready(url, frontend, stop):
+        url = listen_url(sock, args.ssl_certfile is not None)
+        if _wait_http_ready(url, frontend, stop, args.uds):
             more = "" if n == 1 else f", {n} engine workers, routing {args.routing}"
             print(f"hybridllm: serving {url} (Rust frontend{more})", flush=True)
         serving = set(range(n))
@@ -278,15 +282,37 @@ def _died(what: str, code: int | None) -> int:
     return 1
 
 
-def _wait_http_ready(url: str, frontend: Any, stop: threading.Event) -> bool:
+def _wait_http_ready(url: str, frontend: Any, stop: threading.Event,
+                     uds: str | None = None) -> bool:
     # Our own child on our own socket: its certificate need not be one we can verify.
     context = ssl._create_unverified_context() if url.startswith("https") else None
     while not stop.is_set() and frontend.poll() is None:
         try:
-            with urllib.request.urlopen(url + "/health", timeout=2, context=context) as resp:
-                if resp.status == 200:
+            if uds is not None:
+                if _unix_health(uds) == 200:
                     return True
+            else:
+                with urllib.request.urlopen(url + "/health", timeout=2,
+                                            context=context) as resp:
+                    if resp.status == 200:
+                        return True
         except OSError:
             pass
         time.sleep(0.1)
     return False
+
+
+def _unix_health(path: str) -> int:
+    """GET /health over the Unix socket at `path`: its status."""
+    import http.client
+    import socket
+
+    conn = http.client.HTTPConnection("localhost", timeout=2)
+    conn.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.sock.settimeout(2)
+    try:
+        conn.sock.connect(path)
+        conn.request("GET", "/health")
+        return conn.getresponse().status
+    finally:
+        conn.close()

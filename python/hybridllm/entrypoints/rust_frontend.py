@@ -18,6 +18,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
@@ -75,6 +76,12 @@ def add_frontend_args(parser: argparse.ArgumentParser) -> None:
 
     add("--host", default="0.0.0.0", help="Address to listen on.")
     add("--port", type=int, default=8000)
+    add("--uds", default=None,
+        help="Serve on this Unix socket path instead of --host/--port (vLLM's flag; plain "
+             "HTTP, guarded by the file's permissions).")
+    add("--root-path", default=None,
+        help="Served behind a proxy under this path prefix: requests are served with or "
+             "without it (the proxy may strip it or pass it on).")
     add("--listen-fd", type=int, default=None,
         help="An already bound TCP socket inherited from the launcher.")
     add("--api-key", action="append", default=None,
@@ -119,6 +126,12 @@ def add_frontend_args(parser: argparse.ArgumentParser) -> None:
     add("--enable-force-include-usage", action="store_true",
         help="Every stream ends with a usage chunk, as if stream_options.include_usage were "
              "set (vLLM's flag).")
+    add("--enable-prompt-tokens-details", action="store_true",
+        help="usage.prompt_tokens_details.cached_tokens: the prompt tokens found in the prefix "
+             "cache (null when none or without this flag, as vLLM's).")
+    add("--enable-server-load-tracking", action="store_true",
+        help="GET /load answers the number of generation and embedding requests in flight "
+             "(0 without this flag, as vLLM's).")
     add("--enable-request-id-headers", action="store_true",
         help="Every response carries X-Request-Id: the request's, or a new one, which then is "
              "the request's id (a request's X-Request-Id always names its response: "
@@ -188,6 +201,9 @@ class ServeOptions:
     enable_auto_tool_choice: bool = False
     reasoning_parser: str | None = None
     enable_force_include_usage: bool = False
+    enable_prompt_tokens_details: bool = False
+    enable_server_load_tracking: bool = False
+    root_path: str | None = None
     enable_request_id_headers: bool = False
 
 
@@ -230,6 +246,9 @@ def frontend_options(args: argparse.Namespace) -> ServeOptions:
         enable_auto_tool_choice=getattr(args, "enable_auto_tool_choice", False),
         reasoning_parser=getattr(args, "reasoning_parser", None),
         enable_force_include_usage=getattr(args, "enable_force_include_usage", False),
+        enable_prompt_tokens_details=getattr(args, "enable_prompt_tokens_details", False),
+        enable_server_load_tracking=getattr(args, "enable_server_load_tracking", False),
+        root_path=getattr(args, "root_path", None),
         enable_request_id_headers=getattr(args, "enable_request_id_headers", False),
     )
 
@@ -276,11 +295,28 @@ def find_frontend_binary() -> Path:
     return find_packaged_binary("hybridllm-frontend", "HYBRIDLLM_RUST_FRONTEND_PATH")
 
 
-def bind_listen_socket(host: str, port: int) -> socket.socket:
-    """Bind (without listening) so the port is ours from now on; the server listens.
+def listen_url(sock: socket.socket, tls: bool) -> str:
+    """Where the bound `sock` serves: http(s)://host:port, or http+unix://path (--uds)."""
+    name = sock.getsockname()
+    if isinstance(name, str):
+        return f"http+unix://{name}"
+    host, port = name[:2]
+    return f"{'https' if tls else 'http'}://{f'[{host}]' if ':' in host else host}:{port}"
+
+
+def bind_listen_socket(host: str, port: int, uds: str | None = None) -> socket.socket:
+    """Bind (without listening) so the port is ours from now on; the server listens. With
+    `uds`, a Unix socket at that path instead (a stale socket file there is replaced).
 
     IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted connections only then, and
     without it Nagle holds small SSE chunks back by up to 40 ms (Python frontend)."""
+    if uds is not None:
+        if os.path.exists(uds) and stat.S_ISSOCK(os.stat(uds).st_mode):
+            os.unlink(uds)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind(uds)
+        sock.set_inheritable(True)
+        return sock
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

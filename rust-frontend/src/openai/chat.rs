@@ -33,7 +33,15 @@ pub async fn handle(
         return Ok(stream_response(state, events, resp));
     }
     let c = collect(events, resp.n as usize, prompt_lens, &state.api.tokenizer).await?;
-    Ok(axum::Json(resp.body(&state.api.tokenizer, c)).into_response())
+    let mut response = axum::Json(resp.body(&state.api.tokenizer, c)).into_response();
+    crate::metrics::attach_orca(
+        &state.metrics,
+        &state.engine_clients,
+        &headers,
+        &mut response,
+    )
+    .await;
+    Ok(response)
 }
 
 /// POST /v1/chat/completions/batch (vLLM's): every conversation's engine request at once,
@@ -52,7 +60,15 @@ pub async fn handle_batch(
     let prompt_lens = gens.iter().map(|g| g.prompt_ids.len()).collect();
     let events = generate_many(state.clone(), gens).await?;
     let c = collect(events, 1, prompt_lens, &state.api.tokenizer).await?;
-    Ok(axum::Json(resp.body(&state.api.tokenizer, c)).into_response())
+    let mut response = axum::Json(resp.body(&state.api.tokenizer, c)).into_response();
+    crate::metrics::attach_orca(
+        &state.metrics,
+        &state.engine_clients,
+        &headers,
+        &mut response,
+    )
+    .await;
+    Ok(response)
 }
 
 fn stream_response(

@@ -37,7 +37,15 @@ pub async fn handle(
     }
     let prompt_lens = resp.prompt_lens.clone();
     let c = collect(events, resp.n, prompt_lens, &state.api.tokenizer).await?;
-    Ok(axum::Json(resp.body(&state.api.tokenizer, c)).into_response())
+    let mut response = axum::Json(resp.body(&state.api.tokenizer, c)).into_response();
+    crate::metrics::attach_orca(
+        &state.metrics,
+        &state.engine_clients,
+        &headers,
+        &mut response,
+    )
+    .await;
+    Ok(response)
 }
 
 fn stream_response(

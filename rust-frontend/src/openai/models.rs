@@ -39,6 +39,11 @@ pub async fn version() -> Response {
     axum::Json(json!({"version": env!("CARGO_PKG_VERSION")})).into_response()
 }
 
+pub async fn load(State(state): State<Arc<AppState>>) -> Response {
+    let tracking = state.config.enable_server_load_tracking;
+    axum::Json(tokenize::load(state.metrics.in_flight.get(), tracking)).into_response()
+}
+
 /// The playground (GET /): one self-contained page, shared with the Python frontend.
 pub const PLAYGROUND: &str =
     include_str!("../../../python/hybridllm/entrypoints/openai/playground.html");
@@ -78,7 +83,12 @@ pub async fn tokenize(
 ) -> Result<Response, HttpError> {
     let call = TokenizeCall::new(&state.api, req)?;
     let tokens = encode(&state, call.text, call.add_special_tokens).await?;
-    Ok(axum::Json(TokenizeCall::body(&state.api, &tokens)).into_response())
+    Ok(axum::Json(TokenizeCall::body(
+        &state.api,
+        &tokens,
+        call.return_token_strs,
+    ))
+    .into_response())
 }
 
 pub async fn detokenize(

@@ -864,6 +864,7 @@ mod tests {
     fn output(text: &str, finish: bool) -> GenEvent {
         GenEvent::Output(SeqOutput {
             index: 0,
+            token_ids: vec![],
             text: text.into(),
             num_tokens: 1,
             logprobs: vec![],
@@ -1097,6 +1098,7 @@ mod tests {
             0,
             &GenEvent::Output(SeqOutput {
                 index: 0,
+                token_ids: vec![],
                 text: "thinking".into(),
                 num_tokens: 1,
                 logprobs: vec![],

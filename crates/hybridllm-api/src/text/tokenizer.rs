@@ -149,6 +149,12 @@ impl Tokenizer {
         Ok(parts.join(" "))
     }
 
+    /// One token's string in the vocabulary (byte-level marks and all), "" for an id
+    /// outside it.
+    pub fn id_to_token(&self, id: u32) -> String {
+        self.inner.id_to_token(id).unwrap_or_default()
+    }
+
     /// The text of one token for logprobs (special tokens included).
     pub fn token_text(&self, id: u32) -> String {
         self.inner.decode(&[id], false).unwrap_or_default()

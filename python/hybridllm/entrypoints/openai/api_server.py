@@ -30,7 +30,12 @@ from hybridllm.entrypoints.openai.disconnect import ClientDisconnected
 from hybridllm.entrypoints.openai.errors import response
 from hybridllm.entrypoints.openai.gate import H11_MAX_HEADER_BLOCK, Gate
 from hybridllm.entrypoints.openai.state import AppState
-from hybridllm.entrypoints.rust_frontend import ServeOptions, bind_listen_socket, frontend_options
+from hybridllm.entrypoints.rust_frontend import (
+    ServeOptions,
+    bind_listen_socket,
+    frontend_options,
+    listen_url,
+)
 from hybridllm.server.engine_client import EngineClient
 
 logger = logging.getLogger("hybridllm.frontend")
@@ -48,7 +53,8 @@ async def build_state(engine: EngineClient, options: ServeOptions) -> AppState:
             structured_outputs_config=json.dumps(options.structured_outputs_config),
             tool_call_parser=options.tool_call_parser, reasoning_parser=options.reasoning_parser,
             enable_auto_tool_choice=options.enable_auto_tool_choice,
-            enable_force_include_usage=options.enable_force_include_usage)
+            enable_force_include_usage=options.enable_force_include_usage,
+            enable_prompt_tokens_details=options.enable_prompt_tokens_details)
     except ValueError as e:
         raise RuntimeError(str(e)) from None
     state = AppState(
@@ -110,7 +116,7 @@ def build_app(engine: EngineClient, opts: ServeOptions | None = None,
     cors = _api.Cors(list(opts.allowed_origins), list(opts.allowed_methods),
                      list(opts.allowed_headers), opts.allow_credentials)
     app.add_middleware(Gate, auth=auth(opts), cors=cors,
-                       request_ids=opts.enable_request_id_headers)
+                       request_ids=opts.enable_request_id_headers, root_path=opts.root_path)
     return app
 
 
@@ -126,7 +132,7 @@ def run_python_server(args: argparse.Namespace) -> int:
     # Bind before loading the engine so a busy port fails in a second, not after minutes.
     try:
         sock = (socket.socket(fileno=args.listen_fd) if args.listen_fd is not None
-                else bind_listen_socket(args.host, args.port))
+                else bind_listen_socket(args.host, args.port, args.uds))
         sock.listen(2048)
     except OSError as e:
         print(f"hybridllm serve: cannot listen on {args.host}:{args.port}: {e}", flush=True)
@@ -138,10 +144,8 @@ def run_python_server(args: argparse.Namespace) -> int:
         engine = InProcessEngineClient(llm, llm.engine.config.served_model_name)
 
     def ready() -> None:  # the socket listens already: connections wait for uvicorn's accept
-        host, port = sock.getsockname()[:2]
-        shown = f"[{host}]" if ":" in host else host
-        scheme = "https" if options.ssl_certfile else "http"
-        print(f"hybridllm: serving the OpenAI API on {scheme}://{shown}:{port}", flush=True)
+        url = listen_url(sock, options.ssl_certfile is not None)
+        print(f"hybridllm: serving the OpenAI API on {url}", flush=True)
 
     tls = {"ssl_certfile": options.ssl_certfile, "ssl_keyfile": options.ssl_keyfile}
     config = uvicorn.Config(build_app(engine, options, ready), log_level="warning",

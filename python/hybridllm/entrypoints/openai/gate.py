@@ -18,12 +18,16 @@ H11_MAX_HEADER_BLOCK = 8192 + 4096 * 100
 
 class Gate:
     def __init__(self, app: ASGIApp, auth: _api.Auth, cors: _api.Cors,
-                 request_ids: bool = False) -> None:
+                 request_ids: bool = False, root_path: str | None = None) -> None:
         self.app, self.auth, self.cors, self.request_ids = app, auth, cors, request_ids
+        self.root = _api.normalise_root_path(root_path)  # --root-path (root_path.rs)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        path = self.root and _api.route_path(self.root, scope["path"])
+        if path:
+            scope = {**scope, "path": path, "root_path": scope.get("root_path", "") + self.root}
         raw = scope["headers"]
         h = {k.decode("latin-1"): v.decode("latin-1") for k, v in raw}
         origin, method = h.get("origin"), scope["method"]

@@ -130,7 +130,17 @@ async def respond(request: Request, state: AppState, gens: list[_api.EngineReque
     if resp.stream:
         return SSEResponse(_frames(resp, events))
     await feed_all(request, resp, events)
-    return Response(resp.body(), media_type="application/json")
+    headers = await _orca(request, state)
+    return Response(resp.body(), media_type="application/json", headers=headers)
+
+
+async def _orca(request: Request, state: AppState) -> dict[str, str] | None:
+    """vLLM's ORCA load report, when the request asks for one (metrics.rs)."""
+    if (fmt := request.headers.get("endpoint-load-metrics-format")) is None:
+        return None
+    state.metrics.apply_load(await state.engine.load())
+    value = state.metrics.orca_header(fmt)
+    return None if value is None else {"endpoint-load-metrics": value}
 
 
 async def feed_all(request: Request, resp: _api.Response | _api.ResponsesResponse,

@@ -47,6 +47,12 @@ async def version() -> Response:
     return _json(orjson.dumps({"version": __version__}))
 
 
+@router.get("/load")
+async def load(request: Request) -> Response:
+    st = get_state(request)
+    return _json(_api.load(st.metrics, st.options.enable_server_load_tracking))
+
+
 # The API core's OpenAPI document, the one the Rust frontend serves too.
 OPENAPI = _api.openapi_json().encode()
 
@@ -80,8 +86,8 @@ async def metrics(request: Request) -> Response:
 async def tokenize(request: Request) -> Response:
     st = get_state(request)
     body = await read_body(request, st.options.max_request_body_bytes)
-    text, special = _api.tokenize_call(st.api, body)
-    return _json(_api.tokenize_body(st.api, await encode(st, text, special)))
+    text, special, strs = _api.tokenize_call(st.api, body)
+    return _json(_api.tokenize_body(st.api, await encode(st, text, special), strs))
 
 
 @router.get("/tokenizer_info")

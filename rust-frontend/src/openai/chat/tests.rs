@@ -56,7 +56,7 @@ async fn streamed_chunks_with_usage() {
             r#""choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}],"usage":null"#,
             r#""choices":[{"index":0,"delta":{"content":" foo"},"logprobs":null,"finish_reason":null}],"usage":null"#,
             r#""choices":[{"index":0,"delta":{"content":" bar"},"logprobs":null,"finish_reason":"stop","stop_reason":null}],"usage":null"#,
-            r#""choices":[],"usage":{"prompt_tokens":3,"completion_tokens":3,"total_tokens":6,"prompt_tokens_details":{"cached_tokens":1}}"#,
+            r#""choices":[],"usage":{"prompt_tokens":3,"completion_tokens":3,"total_tokens":6,"prompt_tokens_details":null}"#,
         ])
     );
     // The rendered prompt "user: Hello assistant:", as token ids.
@@ -182,7 +182,7 @@ async fn non_streamed_response_with_logprobs() {
             r#""message":{"role":"assistant","content":" foo","tool_calls":[]},"#,
             r#""logprobs":{"content":[{"token":"foo","logprob":-0.5,"bytes":[102,111,111],"top_logprobs":[{"token":"foo","logprob":-0.5,"bytes":[102,111,111]}]}]},"#,
             r#""finish_reason":"abort","stop_reason":null}],"#,
-            r#""usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4,"prompt_tokens_details":{"cached_tokens":0}},"prompt_logprobs":null}"#,
+            r#""usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4,"prompt_tokens_details":null},"prompt_logprobs":null}"#,
         )
     );
 }

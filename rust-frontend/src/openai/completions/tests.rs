@@ -72,7 +72,7 @@ async fn streamed_logprobs_continue_their_text_offsets() {
         sse(&[
             r#""choices":[{"index":0,"text":" foo","logprobs":{"text_offset":[0],"token_logprobs":[-0.5],"tokens":["foo"],"top_logprobs":[{"foo":-0.5}]},"finish_reason":null,"stop_reason":null}],"usage":null"#,
             r#""choices":[{"index":0,"text":" bar","logprobs":{"text_offset":[3],"token_logprobs":[-1.0],"tokens":["bar"],"top_logprobs":[{"baz":-0.25,"bar":-1.0}]},"finish_reason":"length","stop_reason":null}],"usage":null"#,
-            r#""choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3,"prompt_tokens_details":{"cached_tokens":0}}"#,
+            r#""choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3,"prompt_tokens_details":null}"#,
         ])
     );
     let sent = engine.requests.lock().unwrap()[0].clone();
@@ -156,7 +156,7 @@ async fn non_streamed_choices_of_two_prompts() {
             r#"{"index":1,"text":"Hello bar","logprobs":null,"finish_reason":"stop","stop_reason":1,"prompt_logprobs":null},"#,
             r#"{"index":2,"text":"world foo baz","logprobs":null,"finish_reason":"length","stop_reason":null,"prompt_logprobs":[null,{"7":{"logprob":-2.0,"rank":3,"decoded_token":"foo"},"8":{"logprob":-0.5,"rank":1,"decoded_token":"bar"}}]},"#,
             r#"{"index":3,"text":"world foo","logprobs":null,"finish_reason":"abort","stop_reason":null,"prompt_logprobs":[null,{"7":{"logprob":-2.0,"rank":3,"decoded_token":"foo"},"8":{"logprob":-0.5,"rank":1,"decoded_token":"bar"}}]}],"#,
-            r#""usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7,"prompt_tokens_details":{"cached_tokens":2}}}"#,
+            r#""usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7,"prompt_tokens_details":null}}"#,
         )
     );
     let ids = engine.request_ids();
@@ -210,7 +210,7 @@ async fn echo_with_logprobs_lists_the_prompt_tokens_first() {
             r#""top_logprobs":[null,{"foo":-0.5,"world":-1.5},{"foo":-0.25}]},"#,
             r#""finish_reason":"length","stop_reason":null,"#,
             r#""prompt_logprobs":[null,{"6":{"logprob":-1.5,"rank":2,"decoded_token":"world"},"7":{"logprob":-0.5,"rank":1,"decoded_token":"foo"}}]}],"#,
-            r#""usage":{"prompt_tokens":2,"completion_tokens":1,"total_tokens":3,"prompt_tokens_details":{"cached_tokens":0}}}"#,
+            r#""usage":{"prompt_tokens":2,"completion_tokens":1,"total_tokens":3,"prompt_tokens_details":null}}"#,
         )
     );
     // The engine was asked for the prompt's logprobs, as many alternatives as `logprobs`.
