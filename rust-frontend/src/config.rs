@@ -31,6 +31,7 @@
 //!   "enable_prompt_tokens_details": false,    // usage shows prefix-cache hits
 //!   "enable_server_load_tracking": false,     // GET /load counts requests in flight
 //!   "root_path": null,                        // --root-path: served under this prefix too
+//!   "metrics_prefix": "hybridllm",            // --metrics-prefix: /metrics names' prefix
 //!   "enable_request_id_headers": false        // every response carries X-Request-Id
 //! }
 //! ```
@@ -85,6 +86,8 @@ pub struct ServeConfig {
     pub enable_server_load_tracking: bool,
     /// `--root-path`: behind a proxy under this prefix (stripped or not by the proxy).
     pub root_path: Option<String>,
+    /// `--metrics-prefix`: the families are `<prefix>:…` (`vllm` for vLLM's names).
+    pub metrics_prefix: String,
     /// vLLM's `--enable-request-id-headers`: every response carries `X-Request-Id` (the
     /// request's, or a new one).
     pub enable_request_id_headers: bool,
@@ -124,6 +127,7 @@ impl Default for ServeConfig {
             enable_prompt_tokens_details: false,
             enable_server_load_tracking: false,
             root_path: None,
+            metrics_prefix: hybridllm_api::metrics::DEFAULT_PREFIX.into(),
             enable_request_id_headers: false,
         }
     }
@@ -180,6 +184,7 @@ impl ServeConfig {
         if let Some(name) = &c.reasoning_parser {
             hybridllm_api::reasoning::ReasoningFormat::from_name(name)?;
         }
+        hybridllm_api::metrics::check_prefix(&c.metrics_prefix).map_err(anyhow::Error::msg)?;
         c.root_path = hybridllm_api::root_path::normalise(c.root_path.as_deref())
             .map_err(anyhow::Error::msg)?;
         Ok(c)

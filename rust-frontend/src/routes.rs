@@ -46,6 +46,11 @@ pub fn table() -> Vec<Route> {
         ),
         route(
             Method::POST,
+            "/invocations",
+            post(openai::invocations::handle),
+        ),
+        route(
+            Method::POST,
             "/v1/responses",
             post(openai::responses::create),
         ),

@@ -134,7 +134,7 @@ pub async fn build_state(args: &ServeArgs) -> anyhow::Result<Arc<AppState>> {
     }
     tracing::info!(model = %api.model_name(), max_model_len = api.max_model_len, "engine ready");
     let responses = hybridllm_api::response_store::ResponseStore::new(config.responses_store_size);
-    let metrics = Arc::new(Metrics::new());
+    let metrics = Arc::new(Metrics::with_prefix(&config.metrics_prefix));
     let workers = clients
         .iter()
         .enumerate()

@@ -289,3 +289,15 @@ def test_client_gone_frees_its_inputs(embed_servers: dict) -> None:
         t0 = time.monotonic()
         assert s.post(E, {"input": "next"}).status_code == 200
         assert time.monotonic() - t0 < 5, mode
+
+
+def test_invocations_of_an_embedding_model(embed_servers: dict) -> None:
+    """vLLM's /invocations on an embedding model: `input` is an embeddings request."""
+    body = {"input": ["hello", "Hello world!"]}
+    for mode, s in embed_servers.items():
+        via = _decoded(parsed(s.post("/invocations", body)))
+        direct = _decoded(parsed(s.post(E, body)))
+        assert via == direct, mode
+        r = s.post("/invocations", {"prompt": "x"})
+        assert r.status_code == 400 and r.json()["error"]["message"].endswith(
+            "['EmbeddingCompletionRequest', 'EmbeddingChatRequest']"), mode

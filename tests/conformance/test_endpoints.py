@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from tests.conformance.conftest import MAX_MODEL_LEN, assert_same, parsed
+from tests.conformance.conftest import MAX_MODEL_LEN, assert_same, parse_sse, parsed
 
 METRICS = [
     "hybridllm:num_requests_running", "hybridllm:num_requests_waiting",
@@ -125,3 +125,30 @@ def test_disconnect_aborts(servers: dict) -> None:
                 break
             assert time.monotonic() < deadline, f"{mode}: request still running"
             time.sleep(0.2)
+
+
+def test_invocations_route_by_body(servers: dict) -> None:
+    """vLLM's /invocations (SageMaker): a body with `messages` is a chat completion, one with
+    `prompt` a completion, answered as those endpoints answer; streamed too; another body is
+    a 400 saying what is expected."""
+    chat = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 5, "temperature": 0}
+    comp = {"prompt": "The capital of France is", "max_tokens": 5, "temperature": 0}
+    for mode, s in servers.items():
+        for path, body in (("/v1/chat/completions", chat), ("/v1/completions", comp)):
+            direct, via = parsed(s.post(path, body)), parsed(s.post("/invocations", body))
+            for b in (direct, via):
+                b["usage"].pop("prompt_tokens_details")  # the second one hits the cache
+            assert via == direct, (mode, path)
+        chunks = parse_sse(s.post("/invocations", {**chat, "stream": True}).content)
+        assert chunks[0]["object"] == "chat.completion.chunk", mode
+        joined = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
+        assert joined == direct_text(s, chat), mode
+        r = s.post("/invocations", {"input": "Hi"})
+        assert r.status_code == 400 and r.json()["error"]["message"] == (
+            "Cannot find suitable handler for request. Expected one of: "
+            "['ChatCompletionRequest', 'CompletionRequest']"), (mode, r.text)
+        assert s.post("/invocations", raw=b"[1]").status_code == 400, mode
+
+
+def direct_text(s: Any, chat: dict) -> str:
+    return s.post("/v1/chat/completions", chat).json()["choices"][0]["message"]["content"]

@@ -2,7 +2,8 @@
 frontends: `--enable-force-include-usage` ends every stream with its usage, asked for or not,
 as vLLM's flag does (`continuous_usage_stats` then follows the request's stream_options);
 `--enable-prompt-tokens-details` (usage's cached tokens), `--enable-server-load-tracking`
-(GET /load), ORCA `endpoint-load-metrics` headers and `return_token_ids`."""
+(GET /load), `--metrics-prefix`, ORCA `endpoint-load-metrics` headers and
+`return_token_ids`."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from tests.launch import Server, both_frontends
 
 # Without --enable-prompt-tokens-details (the conformance servers have it).
 FLAGS = ["--max-model-len", "512", "--max-num-seqs", "4", "--kv-cache-memory", str(64 << 20),
-         "--enable-force-include-usage", "--enable-server-load-tracking"]
+         "--enable-force-include-usage", "--enable-server-load-tracking",
+         "--metrics-prefix", "vllm"]
 
 
 @pytest.fixture(scope="module")
@@ -183,3 +185,14 @@ def test_return_token_ids(servers: dict[str, Server]) -> None:
         assert r.status_code == 400 and r.json()["error"]["param"] == "return_token_ids", mode
     for path, got in answers.items():
         assert all(g == got[0] for g in got), path  # every frontend alike
+
+
+def test_metrics_prefix_names_every_family(forced: dict[str, Server]) -> None:
+    """--metrics-prefix vllm: the same families as ever, named vllm:… (vLLM's names)."""
+    from tests.conformance.test_endpoints import METRICS
+
+    for kind, s in forced.items():
+        s.post("/v1/completions", {"prompt": "Hi", "max_tokens": 2})  # labels need a request
+        text = s.http.get("/metrics").text
+        names = set(re.findall(r"^([a-z_]+:[a-z0-9_]+?)(?:_bucket|_sum|_count)?[{ ]", text, re.M))
+        assert names == {m.replace("hybridllm:", "vllm:") for m in METRICS}, kind

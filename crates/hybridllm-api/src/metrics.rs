@@ -63,6 +63,26 @@ pub struct Metrics {
     pub worker_up: IntGaugeVec,
 }
 
+/// The families' name prefix unless `--metrics-prefix` says another.
+pub const DEFAULT_PREFIX: &str = "hybridllm";
+
+/// `--metrics-prefix`: a Prometheus name prefix (letters, digits, `_`; not a digit first).
+pub fn check_prefix(prefix: &str) -> Result<(), String> {
+    let ok = prefix
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && prefix
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_');
+    match ok {
+        true => Ok(()),
+        false => Err(format!(
+            "--metrics-prefix must be letters, digits and '_' (not a digit first), got {prefix:?}"
+        )),
+    }
+}
+
 const LATENCY_BUCKETS: [f64; 19] = [
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
     20.0, 40.0, 80.0,
@@ -77,27 +97,39 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Families named `hybridllm:…`.
     pub fn new() -> Self {
+        Self::with_prefix(DEFAULT_PREFIX)
+    }
+
+    /// Families named `<prefix>:…` (`--metrics-prefix vllm`: the names dashboards and
+    /// autoscalers written for vLLM read).
+    pub fn with_prefix(prefix: &str) -> Self {
         let registry = Registry::new();
+        let renamed = |n: &str| match n.strip_prefix("hybridllm:") {
+            Some(rest) => format!("{prefix}:{rest}"),
+            None => n.to_string(),
+        };
         // Every family registers itself; the names are fixed and valid, so none can fail.
         fn reg<C: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: C) -> C {
             r.register(Box::new(c.clone())).expect("unique metric name");
             c
         }
-        let gauge = |n: &str, h: &str| reg(&registry, IntGauge::new(n, h).expect("valid"));
-        let counter = |n: &str, h: &str| reg(&registry, IntCounter::new(n, h).expect("valid"));
+        let gauge = |n: &str, h: &str| reg(&registry, IntGauge::new(renamed(n), h).expect("valid"));
+        let counter =
+            |n: &str, h: &str| reg(&registry, IntCounter::new(renamed(n), h).expect("valid"));
         let hist = |n: &str, h: &str, long: bool| {
             let mut b = LATENCY_BUCKETS.to_vec();
             if long {
                 b.extend(LONG_BUCKETS);
             }
-            let opts = HistogramOpts::new(n, h).buckets(b);
+            let opts = HistogramOpts::new(renamed(n), h).buckets(b);
             reg(&registry, Histogram::with_opts(opts).expect("valid"))
         };
         let per_worker = |n: &str, h: &str| {
             reg(
                 &registry,
-                IntGaugeVec::new(Opts::new(n, h), &["worker"]).expect("valid"),
+                IntGaugeVec::new(Opts::new(renamed(n), h), &["worker"]).expect("valid"),
             )
         };
         let running = gauge(
@@ -111,7 +143,7 @@ impl Metrics {
         let kv_usage = reg(
             &registry,
             prometheus::Gauge::new(
-                "hybridllm:kv_cache_usage_perc",
+                renamed("hybridllm:kv_cache_usage_perc"),
                 "KV-cache usage. 1 means 100 percent.",
             )
             .expect("valid"),
@@ -161,7 +193,7 @@ impl Metrics {
             &registry,
             IntCounterVec::new(
                 Opts::new(
-                    "hybridllm:request_success_total",
+                    renamed("hybridllm:request_success_total"),
                     "Count of finished requests by finish reason.",
                 ),
                 &["finished_reason"],
@@ -196,7 +228,7 @@ impl Metrics {
             &registry,
             IntCounterVec::new(
                 Opts::new(
-                    "hybridllm:worker_requests_total",
+                    renamed("hybridllm:worker_requests_total"),
                     "Requests routed to each engine worker.",
                 ),
                 &["worker"],

@@ -93,6 +93,11 @@ const OPS: &[Op] = &[
          summary: "Embeddings (embedding models)",
          body: Some("EmbeddingRequest"), answer: Answer::Json(Some("EmbeddingList")),
          answer_says: "A list of embedding objects", errors: GENERATE },
+    Op { method: HttpMethod::Post, path: "/invocations", id: "invocations",
+         summary: "vLLM's SageMaker endpoint: a chat completion (`messages`), a completion \
+                   (`prompt`) or embeddings (an embedding model's `input`)",
+         body: None, answer: Answer::JsonOrEvents(None),
+         answer_says: "The answer of the endpoint the body calls", errors: GENERATE },
     Op { method: HttpMethod::Post, path: "/v1/responses", id: "createResponse",
          summary: "A model response (Responses API; named events with stream: true)",
          body: Some("ResponsesRequest"), answer: Answer::JsonOrEvents(None),

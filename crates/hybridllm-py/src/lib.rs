@@ -1159,6 +1159,19 @@ fn tokenize_body(ctx: &Context, tokens: Vec<u32>, token_strs: bool) -> String {
     TokenizeCall::body(&ctx.inner, &tokens, token_strs).to_string()
 }
 
+/// POST /invocations: the API `body` calls ("chat", "completion" or "embedding").
+#[pyfunction]
+fn invocation(ctx: &Context, body: &[u8]) -> PyResult<&'static str> {
+    use hybridllm_api::invocations::Invocation;
+    Ok(
+        match Invocation::route(&ctx.inner, body).map_err(api_error)? {
+            Invocation::Chat => "chat",
+            Invocation::Completion => "completion",
+            Invocation::Embedding => "embedding",
+        },
+    )
+}
+
 /// `--root-path` as a prefix (None for none); a ValueError when it is not a path.
 #[pyfunction]
 fn normalise_root_path(root: Option<&str>) -> PyResult<Option<String>> {
@@ -1293,12 +1306,14 @@ struct Metrics {
 #[pymethods]
 impl Metrics {
     #[new]
-    fn new() -> Self {
-        let m = CoreMetrics::new();
+    #[pyo3(signature = (prefix=hybridllm_api::metrics::DEFAULT_PREFIX))]
+    fn new(prefix: &str) -> PyResult<Self> {
+        hybridllm_api::metrics::check_prefix(prefix).map_err(PyValueError::new_err)?;
+        let m = CoreMetrics::with_prefix(prefix);
         m.worker_up.with_label_values(&["0"]).set(1); // never taken out of a rotation of one
         m.worker_requests.with_label_values(&["0"]);
         m.worker_outstanding_tokens.with_label_values(&["0"]);
-        Metrics { inner: Arc::new(m) }
+        Ok(Metrics { inner: Arc::new(m) })
     }
 
     /// A generation request went to the worker; `cost`: its prompt and maximum output tokens.
@@ -1517,6 +1532,7 @@ fn _api(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tokenize_body, m)?)?;
     m.add_function(wrap_pyfunction!(detokenize, m)?)?;
     m.add_function(wrap_pyfunction!(load, m)?)?;
+    m.add_function(wrap_pyfunction!(invocation, m)?)?;
     m.add_function(wrap_pyfunction!(normalise_root_path, m)?)?;
     m.add_function(wrap_pyfunction!(route_path, m)?)?;
     m.add_function(wrap_pyfunction!(models, m)?)?;

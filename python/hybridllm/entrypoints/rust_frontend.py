@@ -132,6 +132,9 @@ def add_frontend_args(parser: argparse.ArgumentParser) -> None:
     add("--enable-server-load-tracking", action="store_true",
         help="GET /load answers the number of generation and embedding requests in flight "
              "(0 without this flag, as vLLM's).")
+    add("--metrics-prefix", default="hybridllm",
+        help="/metrics families are named <prefix>:... ('vllm': the names dashboards and "
+             "autoscalers written for vLLM read).")
     add("--enable-request-id-headers", action="store_true",
         help="Every response carries X-Request-Id: the request's, or a new one, which then is "
              "the request's id (a request's X-Request-Id always names its response: "
@@ -204,6 +207,7 @@ class ServeOptions:
     enable_prompt_tokens_details: bool = False
     enable_server_load_tracking: bool = False
     root_path: str | None = None
+    metrics_prefix: str = "hybridllm"
     enable_request_id_headers: bool = False
 
 
@@ -249,6 +253,7 @@ def frontend_options(args: argparse.Namespace) -> ServeOptions:
         enable_prompt_tokens_details=getattr(args, "enable_prompt_tokens_details", False),
         enable_server_load_tracking=getattr(args, "enable_server_load_tracking", False),
         root_path=getattr(args, "root_path", None),
+        metrics_prefix=getattr(args, "metrics_prefix", "hybridllm"),
         enable_request_id_headers=getattr(args, "enable_request_id_headers", False),
     )
 

@@ -23,6 +23,7 @@ from hybridllm.entrypoints.openai import (
     serving_chat,
     serving_completions,
     serving_embedding,
+    serving_invocations,
     serving_misc,
     serving_responses,
 )
@@ -59,7 +60,7 @@ async def build_state(engine: EngineClient, options: ServeOptions) -> AppState:
         raise RuntimeError(str(e)) from None
     state = AppState(
         options=options, engine=engine, api=api, tokenizer=api.tokenizer, model_info=info,
-        metrics=_api.Metrics(), auth=auth(options),
+        metrics=_api.Metrics(options.metrics_prefix), auth=auth(options),
         responses=_api.ResponseStore(options.responses_store_size),
     )
     for warning in api.warnings:
@@ -88,7 +89,7 @@ def build_app(engine: EngineClient, opts: ServeOptions | None = None,
 
     app = FastAPI(lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     for module in (serving_chat, serving_completions, serving_embedding, serving_responses,
-                   serving_misc):
+                   serving_invocations, serving_misc):
         app.include_router(module.router)
     if not opts.disable_playground:
         app.include_router(serving_misc.playground_router)

@@ -6,6 +6,7 @@ mistyped field)."""
 from __future__ import annotations
 
 from starlette.requests import Request
+from starlette.types import Message, Receive
 
 from hybridllm import _api
 
@@ -20,3 +21,17 @@ async def read_body(request: Request, limit: int) -> bytes:
         body += chunk
         _api.check_body_size(len(body), limit)
     return bytes(body)
+
+
+def replay(body: bytes, receive: Receive) -> Receive:
+    """A receive giving `body` (read once already) first, then the client's own messages."""
+    sent = False
+
+    async def again() -> Message:
+        nonlocal sent
+        if sent:
+            return await receive()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return again
