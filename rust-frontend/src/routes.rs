@@ -44,6 +44,7 @@ pub fn table() -> Vec<Route> {
             "/v1/embeddings",
             post(openai::embeddings::handle),
         ),
+        route(Method::POST, "/pooling", post(openai::embeddings::pooling)),
         route(
             Method::POST,
             "/invocations",

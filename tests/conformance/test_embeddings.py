@@ -301,3 +301,37 @@ def test_invocations_of_an_embedding_model(embed_servers: dict) -> None:
         r = s.post("/invocations", {"prompt": "x"})
         assert r.status_code == 400 and r.json()["error"]["message"].endswith(
             "['EmbeddingCompletionRequest', 'EmbeddingChatRequest']"), mode
+
+
+def test_pooling_endpoint(embed_servers: dict, servers: dict) -> None:
+    """vLLM's /pooling: the embeddings of the same inputs as `pooling` objects (`data`), the
+    model's own task `embed` or none; another task or `dimensions` is a 400 naming it; a
+    generation model has no Pooling API (400, not 404)."""
+    body = {"input": ["hello", "Hello world!"]}
+    for mode, s in embed_servers.items():
+        direct = _decoded(parsed(s.post(E, body)))
+        for extra in ({}, {"task": "embed"}, {"encoding_format": "base64"}):
+            r = s.post("/pooling", {**body, **extra})
+            assert r.status_code == 200, (mode, r.text)
+            raw = r.json()
+            assert raw["id"].startswith("pooling-") and raw["object"] == "list", mode
+            assert [(d["index"], d["object"]) for d in raw["data"]] == [
+                (0, "pooling"), (1, "pooling")], mode
+            for d in raw["data"]:
+                d["embedding"] = d.pop("data")
+            pooled = _decoded(raw)
+            # As float32 (base64's exact values; JSON's shortest decimal forms of the same).
+            got = np.asarray([d["embedding"] for d in pooled["data"]], dtype=np.float32)
+            want = np.asarray([d["embedding"] for d in direct["data"]], dtype=np.float32)
+            assert np.array_equal(got, want), (mode, extra)
+            assert pooled["usage"] == direct["usage"], mode
+        for field, value, message in (
+                ("task", "classify", "Unsupported task: 'classify' Supported tasks: ('embed',)"),
+                ("dimensions", 384, "dimensions is currently not supported")):
+            r = s.post("/pooling", {**body, field: value})
+            assert r.status_code == 400 and r.json()["error"]["param"] == field, (mode, r.text)
+            assert r.json()["error"]["message"] == message, mode
+    for mode, s in servers.items():
+        r = s.post("/pooling", body)
+        assert r.status_code == 400, (mode, r.text)
+        assert r.json()["error"]["message"] == "The model does not support Pooling API", mode

@@ -268,9 +268,41 @@ pub struct EmbeddingCall {
     base64: bool,
     pub normalize: Option<bool>,
     caller: CallerId,
+    /// vLLM's generic `/pooling` endpoint: the same pooling, its own response shape.
+    pooling: bool,
 }
 
 impl EmbeddingCall {
+    /// vLLM's `POST /pooling` on this embedding model: an embeddings request with a `task`
+    /// (the model's own, `embed`, or none) and no `dimensions`, as vLLM's serving refuses.
+    pub fn pooling(ctx: &ApiContext, body: &[u8]) -> Result<Self, ApiError> {
+        if !ctx.embed {
+            return Err(ApiError::bad("The model does not support Pooling API"));
+        }
+        let mut fields = crate::request::json_object(body)?;
+        match fields.remove("task") {
+            None | Some(Value::Null) => {}
+            Some(Value::String(t)) if t == "embed" => {}
+            Some(t) => {
+                let shown = t.as_str().map_or(t.to_string(), |s| format!("'{s}'"));
+                return Err(ApiError::bad_param(
+                    "task",
+                    format!("Unsupported task: {shown} Supported tasks: ('embed',)"),
+                ));
+            }
+        }
+        if fields.get("dimensions").is_some_and(|d| !d.is_null()) {
+            return Err(ApiError::bad_param(
+                "dimensions",
+                "dimensions is currently not supported",
+            ));
+        }
+        let body = serde_json::to_vec(&fields).map_err(|e| ApiError::Internal(e.to_string()))?;
+        let mut call = Self::new(ctx, crate::request::parse_body(&body)?)?;
+        call.pooling = true;
+        Ok(call)
+    }
+
     pub fn new(ctx: &ApiContext, req: EmbeddingRequest) -> Result<Self, ApiError> {
         ctx.check_model(&req.model)?;
         ctx.check_task("Embeddings", true)?;
@@ -294,6 +326,7 @@ impl EmbeddingCall {
                 body: req.request_id,
                 header: None,
             },
+            pooling: false,
         })
     }
 
@@ -316,7 +349,9 @@ impl EmbeddingCall {
     /// Each input's ids as the worker gets them (tokenized, truncated, within the model's
     /// limit), and the response to build from the worker's vectors.
     pub fn plan(self, ctx: &ApiContext) -> Result<(Vec<Vec<u32>>, EmbeddingResponse), ApiError> {
-        let rid = self.caller.ids("embd")?;
+        let rid = self
+            .caller
+            .ids(if self.pooling { "pooling" } else { "embd" })?;
         let ids = token_ids(ctx, self.inputs, self.limit, self.special)?;
         check_lengths(&ids, self.listed, ctx.max_model_len as usize)?;
         let resp = EmbeddingResponse {
@@ -325,6 +360,7 @@ impl EmbeddingCall {
             model: ctx.model_name().to_string(),
             prompt_tokens: ids.iter().map(Vec::len).sum(),
             base64: self.base64,
+            pooling: self.pooling,
         };
         Ok((ids, resp))
     }
@@ -347,16 +383,25 @@ pub struct Datum {
     embedding: Vector,
 }
 
-/// The body of /v1/embeddings.
+/// One input's vector in vLLM's `/pooling` answer.
+#[derive(Serialize)]
+struct PoolingDatum {
+    index: usize,
+    /// "pooling"
+    object: &'static str,
+    data: Vector,
+}
+
+/// The body of /v1/embeddings (and, with its own data, of /pooling).
 #[derive(Serialize, ToSchema)]
 #[schema(as = EmbeddingList)]
-pub struct Body<'a> {
+pub struct Body<'a, D: Serialize = Datum> {
     id: &'a str,
     /// "list"
     object: &'static str,
     created: i64,
     model: &'a str,
-    data: Vec<Datum>,
+    data: Vec<D>,
     /// Prompt and total tokens (no completion).
     #[schema(value_type = Object)]
     usage: Value,
@@ -370,25 +415,44 @@ pub struct EmbeddingResponse {
     model: String,
     prompt_tokens: usize,
     base64: bool,
+    pooling: bool,
 }
 
 impl EmbeddingResponse {
     /// The body of the worker's vectors, one per input in input order.
     pub fn body(&self, vectors: Vec<Vec<f32>>) -> Vec<u8> {
-        let data: Vec<Datum> = vectors
-            .into_iter()
-            .enumerate()
-            .map(|(index, values)| Datum {
-                index,
-                object: "embedding",
-                embedding: if self.base64 {
-                    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-                    Vector::Base64(base64::engine::general_purpose::STANDARD.encode(bytes))
-                } else {
-                    Vector::Float(values)
-                },
-            })
-            .collect();
+        let vectors = vectors.into_iter().map(|values| match self.base64 {
+            true => {
+                let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+                Vector::Base64(base64::engine::general_purpose::STANDARD.encode(bytes))
+            }
+            false => Vector::Float(values),
+        });
+        match self.pooling {
+            false => self.with_data(
+                vectors
+                    .enumerate()
+                    .map(|(index, embedding)| Datum {
+                        index,
+                        object: "embedding",
+                        embedding,
+                    })
+                    .collect(),
+            ),
+            true => self.with_data(
+                vectors
+                    .enumerate()
+                    .map(|(index, data)| PoolingDatum {
+                        index,
+                        object: "pooling",
+                        data,
+                    })
+                    .collect(),
+            ),
+        }
+    }
+
+    fn with_data<D: Serialize>(&self, data: Vec<D>) -> Vec<u8> {
         // Serialized straight from the structs: through a `Value` each f32 would become an
         // f64 and print 17 digits instead of its shortest form.
         serde_json::to_vec(&Body {

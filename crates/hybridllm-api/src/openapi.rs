@@ -93,6 +93,11 @@ const OPS: &[Op] = &[
          summary: "Embeddings (embedding models)",
          body: Some("EmbeddingRequest"), answer: Answer::Json(Some("EmbeddingList")),
          answer_says: "A list of embedding objects", errors: GENERATE },
+    Op { method: HttpMethod::Post, path: "/pooling", id: "pooling",
+         summary: "vLLM's pooling endpoint: an embeddings request (task `embed`) of an \
+                   embedding model, answered as `pooling` objects",
+         body: None, answer: Answer::Json(None),
+         answer_says: "A list of pooling objects (`data`: the vector)", errors: GENERATE },
     Op { method: HttpMethod::Post, path: "/invocations", id: "invocations",
          summary: "vLLM's SageMaker endpoint: a chat completion (`messages`), a completion \
                    (`prompt`) or embeddings (an embedding model's `input`)",

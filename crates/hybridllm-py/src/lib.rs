@@ -1101,11 +1101,21 @@ struct EmbeddingCall {
 #[pymethods]
 impl EmbeddingCall {
     /// `request_id_header`: the request's `X-Request-Id`, if it has one.
+    /// `pooling`: vLLM's /pooling (its `task`, its answer).
     #[new]
-    #[pyo3(signature = (ctx, body, request_id_header=None))]
-    fn new(ctx: &Context, body: &[u8], request_id_header: Option<String>) -> PyResult<Self> {
-        let req = parse_body::<EmbeddingRequest>(body).map_err(api_error)?;
-        let mut call = CoreEmbeddingCall::new(&ctx.inner, req).map_err(api_error)?;
+    #[pyo3(signature = (ctx, body, request_id_header=None, pooling=false))]
+    fn new(
+        ctx: &Context,
+        body: &[u8],
+        request_id_header: Option<String>,
+        pooling: bool,
+    ) -> PyResult<Self> {
+        let mut call = match pooling {
+            true => CoreEmbeddingCall::pooling(&ctx.inner, body),
+            false => parse_body::<EmbeddingRequest>(body)
+                .and_then(|req| CoreEmbeddingCall::new(&ctx.inner, req)),
+        }
+        .map_err(api_error)?;
         call.set_request_id_header(request_id_header);
         Ok(EmbeddingCall {
             ctx: ctx.inner.clone(),

@@ -1,6 +1,7 @@
 //! POST /v1/embeddings over HTTP: the core's embedding call (`hybridllm_api::embeddings`),
-//! its text inputs tokenized off the runtime when long, pooled by the worker's Embed call.
-use super::request::{request_id_header, JsonBody};
+//! its text inputs tokenized off the runtime when long, pooled by the worker's Embed call;
+//! and vLLM's POST /pooling, the same call with its own answer.
+use super::request::{request_id_header, JsonBody, JsonBytes};
 use crate::errors::{ApiError, HttpError};
 use crate::state::AppState;
 use axum::extract::State;
@@ -18,7 +19,24 @@ pub async fn handle(
     headers: HeaderMap,
     JsonBody(req): JsonBody<EmbeddingRequest>,
 ) -> Result<Response, HttpError> {
-    let mut call = EmbeddingCall::new(&state.api, req)?;
+    let call = EmbeddingCall::new(&state.api, req)?;
+    embed(state, headers, call).await
+}
+
+pub async fn pooling(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    JsonBytes(body): JsonBytes,
+) -> Result<Response, HttpError> {
+    let call = EmbeddingCall::pooling(&state.api, &body)?;
+    embed(state, headers, call).await
+}
+
+async fn embed(
+    state: Arc<AppState>,
+    headers: HeaderMap,
+    mut call: EmbeddingCall,
+) -> Result<Response, HttpError> {
     call.set_request_id_header(request_id_header(&headers));
     let normalize = call.normalize;
     let (ids, resp) = if call.text_bytes() <= INLINE_TOKENIZE_BYTES {

@@ -1,6 +1,6 @@
-"""POST /v1/embeddings (embeddings.rs): the core's embedding call (inputs checked, tokenized
-and truncated in Rust, off the event loop when long), pooled by the worker's Embed call, the
-body the core writes."""
+"""POST /v1/embeddings and vLLM's /pooling (embeddings.rs): the core's embedding call (inputs
+checked, tokenized and truncated in Rust, off the event loop when long), pooled by the
+worker's Embed call, the body the core writes."""
 
 from __future__ import annotations
 
@@ -24,11 +24,13 @@ INLINE_TOKENIZE_BYTES = 4096  # tokenized in place below this: a thread hop cost
 
 
 @router.post("/v1/embeddings")
+@router.post("/pooling", name="pooling")  # vLLM's: the same call, its own answer
 async def embeddings(request: Request) -> Response:
     state = get_state(request)
     call = _api.EmbeddingCall(state.api,
                               await read_body(request, state.options.max_request_body_bytes),
-                              request.headers.get("x-request-id"))
+                              request.headers.get("x-request-id"),
+                              pooling=request.url.path.endswith("/pooling"))
     if call.text_bytes <= INLINE_TOKENIZE_BYTES:
         request_id, ids, resp = call.plan()
     else:  # off the event loop: 2,048 long texts take a while
