@@ -383,6 +383,14 @@ pub struct Datum {
     embedding: Vector,
 }
 
+/// The vectors, as /v1/embeddings or /pooling writes them.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Data {
+    Embeddings(Vec<Datum>),
+    Pooling(Vec<PoolingDatum>),
+}
+
 /// One input's vector in vLLM's `/pooling` answer.
 #[derive(Serialize)]
 struct PoolingDatum {
@@ -395,13 +403,14 @@ struct PoolingDatum {
 /// The body of /v1/embeddings (and, with its own data, of /pooling).
 #[derive(Serialize, ToSchema)]
 #[schema(as = EmbeddingList)]
-pub struct Body<'a, D: Serialize = Datum> {
+pub struct Body<'a> {
     id: &'a str,
     /// "list"
     object: &'static str,
     created: i64,
     model: &'a str,
-    data: Vec<D>,
+    #[schema(value_type = Vec<Datum>)]
+    data: Data,
     /// Prompt and total tokens (no completion).
     #[schema(value_type = Object)]
     usage: Value,
@@ -428,8 +437,8 @@ impl EmbeddingResponse {
             }
             false => Vector::Float(values),
         });
-        match self.pooling {
-            false => self.with_data(
+        let data = match self.pooling {
+            false => Data::Embeddings(
                 vectors
                     .enumerate()
                     .map(|(index, embedding)| Datum {
@@ -439,7 +448,7 @@ impl EmbeddingResponse {
                     })
                     .collect(),
             ),
-            true => self.with_data(
+            true => Data::Pooling(
                 vectors
                     .enumerate()
                     .map(|(index, data)| PoolingDatum {
@@ -449,10 +458,7 @@ impl EmbeddingResponse {
                     })
                     .collect(),
             ),
-        }
-    }
-
-    fn with_data<D: Serialize>(&self, data: Vec<D>) -> Vec<u8> {
+        };
         // Serialized straight from the structs: through a `Value` each f32 would become an
         // f64 and print 17 digits instead of its shortest form.
         serde_json::to_vec(&Body {
