@@ -2,7 +2,8 @@
 (the model's explicit switch) and the Triton attention backend, vs torch layers + torch
 backend. fp32, so 1e-5 relative to the output scale (the per-kernel differences are ~1e-7).
 The same for Qwen2 (q/k/v biases) and Qwen3 (per-head q/k norms through the fused RMSNorm,
-head_dim 32 where hidden / heads is 16)."""
+head_dim 32 where hidden / heads is 16), and Mistral with a window of 7 keys (shorter than
+the chunks' and decodes' contexts)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ VARIANTS = {
     "llama": {},
     "qwen2": {"architectures": ["Qwen2ForCausalLM"]},
     "qwen3": {"architectures": ["Qwen3ForCausalLM"], "head_dim": 32},
+    "mistral-window": {"architectures": ["MistralForCausalLM"], "sliding_window": 7},
 }
 
 

@@ -75,14 +75,13 @@ def test_architecture_without_architectures_field() -> None:
         model_class(architecture_of({"model_type": "gemma3"}))
 
 
-def test_mistral_window_shorter_than_the_context_is_refused(tmp_path: Path) -> None:
+def test_mistral_window_shorter_than_the_context_is_served(tmp_path: Path) -> None:
+    """Windowed attention runs in every attention path (parity: test_greedy_parity_archs)."""
     folder = _folder(tmp_path, _hf_dict("mistral", sliding_window=256))
-    with pytest.raises(ValueError, match=r"MistralForCausalLM: sliding_window \(256\) is smaller "
-                                         r"than max_model_len \(512\).*--max-model-len 256"):
-        EngineArgs(model=str(folder)).resolve()
-    # Up to the window every token sees its whole context: plain causal attention.
-    assert EngineArgs(model=str(folder), max_model_len=256).resolve().max_model_len == 256
-    assert generation_config(folder).sliding_window == 256
+    assert EngineArgs(model=str(folder)).resolve().max_model_len == 512
+    cfg = generation_config(folder)
+    assert cfg.sliding_window == 256
+    assert cfg.layer_windows == (256, 256)
 
 
 def test_windows_that_are_not_used(tmp_path: Path) -> None:

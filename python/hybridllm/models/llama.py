@@ -47,6 +47,8 @@ class LlamaAttention(nn.Module):
         self.q_size = self.num_heads * self.head_dim
         self.kv_size = self.num_kv_heads * self.head_dim
         self.scale = self.head_dim**-0.5
+        # A sliding-window layer's window (set by the model per layer); None: full attention.
+        self.window: int | None = None
         self.qkv_proj = nn.Linear(cfg.hidden_size, self.q_size + 2 * self.kv_size, bias=qkv_bias)
         self.o_proj = nn.Linear(self.q_size, cfg.hidden_size, bias=o_bias)
 
@@ -85,7 +87,9 @@ class LlamaAttention(nn.Module):
         v = v.view(-1, self.num_kv_heads, self.head_dim)
         key_cache, value_cache = kv_cache[0], kv_cache[1]
         backend.write_kv(k, v, key_cache, value_cache, meta.slot_mapping)
-        out = backend.forward(q, key_cache, value_cache, meta, self.scale, key=k, value=v)
+        out = backend.forward(
+            q, key_cache, value_cache, meta, self.scale, key=k, value=v, window=self.window
+        )
         return self.tp.all_reduce(self.o_proj(out.reshape(-1, self.q_size)))
 
 
@@ -147,6 +151,8 @@ class LlamaForCausalLM(nn.Module):
             LlamaDecoderLayer(cfg, self.make_attention(cfg, tp), tp)
             for _ in range(cfg.num_hidden_layers)
         )
+        for i, layer in enumerate(self.layers):
+            layer.self_attn.window = cfg.layer_window(i)
         self.norm = nn.Parameter(torch.ones(cfg.hidden_size))
         # Vocab-parallel: rank r holds rows [r * V', (r + 1) * V') of the vocabulary padded to
         # T * V' (the padding rows stay zero; their logits are cut off after the gather). A
