@@ -147,10 +147,7 @@ class LlamaForCausalLM(nn.Module):
         self.cfg = cfg
         self.tp = tp
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.ModuleList(
-            LlamaDecoderLayer(cfg, self.make_attention(cfg, tp), tp)
-            for _ in range(cfg.num_hidden_layers)
-        )
+        self.layers = nn.ModuleList(self.make_layer(cfg, tp) for _ in range(cfg.num_hidden_layers))
         for i, layer in enumerate(self.layers):
             layer.self_attn.window = cfg.layer_window(i)
         self.norm = nn.Parameter(torch.ones(cfg.hidden_size))
@@ -169,6 +166,10 @@ class LlamaForCausalLM(nn.Module):
         self.ops: LayerOps = layers.TORCH_OPS
         # The LM head with a oneDNN-packed weight, once pack_for_cpu() has run.
         self.packed_lm_head: PackedLinear | None = None
+
+    def make_layer(self, cfg: LlamaConfig, tp: TensorParallelGroup) -> nn.Module:
+        """One decoder layer (Gemma 3 has its own, models/gemma3.py)."""
+        return LlamaDecoderLayer(cfg, self.make_attention(cfg, tp), tp)
 
     def make_attention(self, cfg: LlamaConfig, tp: TensorParallelGroup) -> LlamaAttention:
         """One layer's attention: where the family's variants differ. Llama's config says
