@@ -95,16 +95,29 @@ def test_chat_template(llm: LLM) -> None:
     assert list(out.prompt_token_ids) == tok.encode(expected, add_special_tokens=False).ids
 
 
-def test_perplexity_on_plain_english(llm: LLM, hf) -> None:
+def _perplexities(llm: LLM, hf, text: str) -> tuple[float, float, int]:
+    """(ours, transformers', tokens) over the text's prompt tokens."""
     params = SamplingParams(temperature=0, max_tokens=1, prompt_logprobs=0)
-    out = llm.generate([TEXT], params)[0]
+    out = llm.generate([text], params)[0]
     ids = out.prompt_token_ids
     logprobs = [entry[t].logprob for t, entry in zip(ids[1:], out.prompt_logprobs[1:])]
     ppl = math.exp(-sum(logprobs) / len(logprobs))
     model, tok = hf
-    x = tok(TEXT, return_tensors="pt").input_ids
+    x = tok(text, return_tensors="pt").input_ids
     assert x[0].tolist() == list(ids)
     with torch.inference_mode():
         reference = float(model(x, labels=x).loss.exp())
+    return ppl, reference, len(ids)
+
+
+def test_perplexity_on_plain_english(llm: LLM, hf) -> None:
+    ppl, reference, _ = _perplexities(llm, hf, TEXT)
     assert ppl < 20, ppl
+    assert ppl == pytest.approx(reference, rel=1e-3)
+
+
+def test_perplexity_past_the_window(llm: LLM, hf) -> None:
+    """A prompt longer than the local layers' 512-token window: they drop the oldest keys."""
+    ppl, reference, n = _perplexities(llm, hf, " ".join([TEXT] * 6))
+    assert n > 600
     assert ppl == pytest.approx(reference, rel=1e-3)
