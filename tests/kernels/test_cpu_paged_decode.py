@@ -21,7 +21,10 @@ def test_kernel_builds() -> None:
     "heads, kv_heads, dim",
     [(9, 3, 64), (4, 4, 32), (8, 4, 64), (8, 2, 128), (8, 1, 128), (6, 2, 24), (5, 1, 32)],
 )
-def test_matches_reference(heads: int, kv_heads: int, dim: int) -> None:
+@pytest.mark.parametrize("window", [None, 1, 5, 16, 17, 33])
+def test_matches_reference(heads: int, kv_heads: int, dim: int, window: int | None) -> None:
+    """window: a sliding-window layer's last-W keys, starting mid-block or on a boundary,
+    shorter and longer than the sequences."""
     gen = torch.Generator().manual_seed(0)
     batch, block_size, num_blocks = 7, 16, 64
     lens = torch.tensor([1, 5, 16, 17, 40, 63, 100], dtype=torch.int32)
@@ -37,7 +40,7 @@ def test_matches_reference(heads: int, kv_heads: int, dim: int) -> None:
         query_lens_host=[1] * batch, seq_lens_host=lens.tolist(),
     )
     scale = dim**-0.5
-    ref = paged_attention_reference(query, key_cache, value_cache, meta, scale)
-    out = cpu_paged_decode.paged_decode(query, key_cache, value_cache, tables, lens, scale)
+    ref = paged_attention_reference(query, key_cache, value_cache, meta, scale, window)
+    out = cpu_paged_decode.paged_decode(query, key_cache, value_cache, tables, lens, scale, window)
     # fp32 with a different summation order: a few ulps of outputs of order 1.
     torch.testing.assert_close(out, ref, rtol=0, atol=2e-6)

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-ARCHS = ("qwen2", "qwen3", "mistral")
+ARCHS = ("qwen2", "qwen3", "mistral", "mistral-window", "gemma3")
 VOCAB = 49152
 EOS = 2  # the bundled tokenizer's
 
@@ -32,13 +32,31 @@ _EXTRA: dict[str, dict[str, Any]] = {
     "qwen3": dict(head_dim=32, rope_theta=1e6, tie_word_embeddings=False),
     # A window as long as the positions: plain causal attention at any served length.
     "mistral": dict(sliding_window=512, tie_word_embeddings=False),
+    # A window shorter than the generations and the resumed prompts, not a multiple of the
+    # block size (16): every attention path drops old keys mid-block.
+    "mistral-window": dict(sliding_window=24, tie_word_embeddings=False),
+    # Gemma 3 text: a local layer (window 20, RoPE base 10^4) then a global one (base 10^6,
+    # linear scaling); head_dim 32 with query_pre_attn_scalar 24 (so the score scale is not
+    # head_dim's); soft-capped logits; tied head.
+    "gemma3": dict(
+        head_dim=32, query_pre_attn_scalar=24, sliding_window=20,
+        layer_types=["sliding_attention", "full_attention"],
+        rope_parameters={
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            "full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e6},
+        },
+        final_logit_softcapping=30.0, tie_word_embeddings=True,
+    ),
 }
+# The transformers config class of each entry above.
+_CLASS = {"qwen2": "Qwen2Config", "qwen3": "Qwen3Config", "mistral": "MistralConfig",
+          "mistral-window": "MistralConfig", "gemma3": "Gemma3TextConfig"}
 
 
 def hf_config(arch: str, **overrides: Any) -> Any:
-    from transformers import MistralConfig, Qwen2Config, Qwen3Config
+    import transformers
 
-    cls = {"qwen2": Qwen2Config, "qwen3": Qwen3Config, "mistral": MistralConfig}[arch]
+    cls = getattr(transformers, _CLASS[arch])
     return cls(**{**_COMMON, **_EXTRA[arch], **overrides})
 
 

@@ -22,7 +22,8 @@ from hybridllm.models.registry import (
 from tests.launch import start
 from tests.models.checkpoints import copy_tokenizer, hf_config, make_checkpoint
 
-SUPPORTED = "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM"
+SUPPORTED = ("Gemma3ForCausalLM, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
+             "Qwen3ForCausalLM")
 
 
 def _folder(tmp_path: Path, raw: dict) -> Path:
@@ -47,9 +48,9 @@ def test_every_listed_architecture_imports() -> None:
 
 def test_unsupported_architecture_is_refused_at_start_up(tmp_path: Path, model_path: Path
                                                          ) -> None:
-    folder = _folder(tmp_path, {"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3"})
+    folder = _folder(tmp_path, {"architectures": ["Phi3ForCausalLM"], "model_type": "phi3"})
     copy_tokenizer(model_path, folder)
-    message = f"architecture Gemma3ForCausalLM is not supported (supported: {SUPPORTED})"
+    message = f"architecture Phi3ForCausalLM is not supported (supported: {SUPPORTED})"
     with pytest.raises(ValueError, match=rf"^{re.escape(message)}$"):
         LLM(model=str(folder))
 
@@ -57,11 +58,11 @@ def test_unsupported_architecture_is_refused_at_start_up(tmp_path: Path, model_p
 def test_unsupported_architecture_stops_serve(tmp_path: Path, model_path: Path) -> None:
     """`hybridllm serve` exits before serving, its log naming the architecture and the list."""
     (tmp_path / "model").mkdir()
-    folder = _folder(tmp_path / "model", {"architectures": ["Gemma3ForCausalLM"]})
+    folder = _folder(tmp_path / "model", {"architectures": ["Phi3ForCausalLM"]})
     copy_tokenizer(model_path, folder)
     with pytest.raises(RuntimeError) as err:
         start("python", tmp_path, model=folder, timeout=120)
-    assert f"architecture Gemma3ForCausalLM is not supported (supported: {SUPPORTED})" in str(
+    assert f"architecture Phi3ForCausalLM is not supported (supported: {SUPPORTED})" in str(
         err.value)
 
 
@@ -70,19 +71,20 @@ def test_architecture_without_architectures_field() -> None:
     assert architecture_of({"model_type": "mistral"}) == "MistralForCausalLM"
     # The bundled GGUF conversion writes model_type llama; older folders name nothing.
     assert architecture_of({"model_type": "llama"}) == "LlamaForCausalLM"
+    assert architecture_of({"model_type": "gemma3_text"}) == "Gemma3ForCausalLM"
     assert architecture_of({}) == "LlamaForCausalLM"
+    # Gemma 3's multimodal model (model_type gemma3) is not its text model.
     with pytest.raises(ValueError, match=r"architecture model_type 'gemma3' is not supported"):
         model_class(architecture_of({"model_type": "gemma3"}))
 
 
-def test_mistral_window_shorter_than_the_context_is_refused(tmp_path: Path) -> None:
+def test_mistral_window_shorter_than_the_context_is_served(tmp_path: Path) -> None:
+    """Windowed attention runs in every attention path (parity: test_greedy_parity_archs)."""
     folder = _folder(tmp_path, _hf_dict("mistral", sliding_window=256))
-    with pytest.raises(ValueError, match=r"MistralForCausalLM: sliding_window \(256\) is smaller "
-                                         r"than max_model_len \(512\).*--max-model-len 256"):
-        EngineArgs(model=str(folder)).resolve()
-    # Up to the window every token sees its whole context: plain causal attention.
-    assert EngineArgs(model=str(folder), max_model_len=256).resolve().max_model_len == 256
-    assert generation_config(folder).sliding_window == 256
+    assert EngineArgs(model=str(folder)).resolve().max_model_len == 512
+    cfg = generation_config(folder)
+    assert cfg.sliding_window == 256
+    assert cfg.layer_windows == (256, 256)
 
 
 def test_windows_that_are_not_used(tmp_path: Path) -> None:

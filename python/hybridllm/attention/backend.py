@@ -14,6 +14,8 @@ class AttentionBackend(Protocol):
 
     key_cache / value_cache: [num_blocks, block_size, num_kv_heads, head_dim].
     query: [T, num_heads, head_dim]; key / value: [T, num_kv_heads, head_dim].
+    window: a sliding-window layer's W (the query at position p attends to keys p - W + 1 .. p);
+    None for full causal attention.
     """
 
     name: str
@@ -36,6 +38,7 @@ class AttentionBackend(Protocol):
         scale: float,
         key: torch.Tensor | None = None,
         value: torch.Tensor | None = None,
+        window: int | None = None,
     ) -> torch.Tensor:
         """key / value: this step's new keys and values (already written to the cache),
         which a backend may read directly where a sequence has no cached prefix."""

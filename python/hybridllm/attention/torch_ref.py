@@ -1,8 +1,11 @@
-"""Reference attention in plain torch: the CPU path, and the oracle for the Triton kernels."""
+"""Reference attention in plain torch: the CPU path, and the oracle for the Triton kernels.
+
+`window` W (sliding-window layers): the query at position p sees keys p - W + 1 .. p only, the
+W latest including its own (transformers' convention); None: every earlier key."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -45,6 +48,18 @@ class _DecodePlan:
     blocks: torch.Tensor  # [b * nb] physical blocks to gather, nb = blocks of the longest
     num_blocks: int
     mask: torch.Tensor  # [b, 1, 1, nb * block_size] key position < seq_len
+    windowed: dict[int, torch.Tensor] = field(default_factory=dict)  # mask per window
+
+    def windowed_mask(self, window: int | None) -> torch.Tensor:
+        """mask, less the keys before each sequence's last `window` (once per step)."""
+        if window is None:
+            return self.mask
+        mask = self.windowed.get(window)
+        if mask is None:
+            pos = torch.arange(self.mask.shape[-1], device=self.mask.device)
+            recent = pos[None, :] >= (self.lens[:, None] - window)
+            mask = self.windowed[window] = self.mask & recent[:, None, None, :]
+        return mask
 
 
 def _split_batch(
@@ -134,13 +149,14 @@ class TorchAttentionBackend:
         scale: float,
         key: torch.Tensor | None = None,
         value: torch.Tensor | None = None,
+        window: int | None = None,
     ) -> torch.Tensor:
         decode, prefill = self._split_for(meta)
         if decode and not prefill and self._use_kernel(query, key_cache):
             # Every row decodes, in sequence order: the kernel's output is the whole answer.
             plan = self._plan_for(meta, decode, key_cache)
             return cpu_paged_decode.paged_decode(
-                query, key_cache, value_cache, plan.tables, plan.lens, scale
+                query, key_cache, value_cache, plan.tables, plan.lens, scale, window
             )
         out = torch.empty_like(query)
         if decode:
@@ -148,7 +164,7 @@ class TorchAttentionBackend:
             q = query.index_select(0, plan.q_rows)
             if self._use_kernel(q, key_cache):
                 o = cpu_paged_decode.paged_decode(
-                    q, key_cache, value_cache, plan.tables, plan.lens, scale
+                    q, key_cache, value_cache, plan.tables, plan.lens, scale, window
                 )
                 out.index_copy_(0, plan.q_rows, o)
                 decode = []
@@ -157,12 +173,14 @@ class TorchAttentionBackend:
             v = self._gather("v", value_cache, plan)
             q = query.index_select(0, plan.q_rows).unsqueeze(2)  # [b, H, 1, D]
             o = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=plan.mask, scale=scale, enable_gqa=True
+                q, k, v, attn_mask=plan.windowed_mask(window), scale=scale, enable_gqa=True
             )
             out.index_copy_(0, plan.q_rows, o.squeeze(2))
         for i, start, q_len, k_len in prefill:
             rows = slice(start, start + q_len)
-            if key is not None and value is not None and q_len == k_len:
+            if key is not None and value is not None and q_len == k_len and (
+                window is None or window >= k_len
+            ):
                 # A whole prompt at once: its keys are exactly this step's, no gather or mask.
                 o = F.scaled_dot_product_attention(
                     query[rows].transpose(0, 1),
@@ -174,7 +192,9 @@ class TorchAttentionBackend:
                 )
                 out[rows] = o.transpose(0, 1)
             else:
-                out[rows] = _prefill_one(query[rows], key_cache, value_cache, meta, i, k_len, scale)
+                out[rows] = _prefill_one(
+                    query[rows], key_cache, value_cache, meta, i, k_len, scale, window
+                )
         return out
 
     def _split_for(
@@ -219,12 +239,20 @@ def _prefill_one(
     i: int,
     k_len: int,
     scale: float,
+    window: int | None = None,
 ) -> torch.Tensor:
     """Causal attention of one sequence's query rows (the last q_len of its k_len keys)."""
     q_len = q.shape[0]
-    k = gather_kv(key_cache, meta.block_tables[i : i + 1], k_len)[0].transpose(0, 1)
-    v = gather_kv(value_cache, meta.block_tables[i : i + 1], k_len)[0].transpose(0, 1)
-    mask = torch.ones(q_len, k_len, dtype=torch.bool, device=q.device).tril(k_len - q_len)
+    # Keys older than every row's window are not read at all.
+    first = 0 if window is None else max(0, k_len - q_len - window + 1)
+    k = gather_kv(key_cache, meta.block_tables[i : i + 1], k_len)[0, first:].transpose(0, 1)
+    v = gather_kv(value_cache, meta.block_tables[i : i + 1], k_len)[0, first:].transpose(0, 1)
+    # Row r (position k_len - q_len + r) sees key c (position first + c) when c - r lies in
+    # (k_len - q_len - first - window, k_len - q_len - first].
+    diag = k_len - q_len - first
+    mask = torch.ones(q_len, k_len - first, dtype=torch.bool, device=q.device).tril(diag)
+    if window is not None:
+        mask = mask.triu(diag - window + 1)
     o = F.scaled_dot_product_attention(
         q.transpose(0, 1), k, v, attn_mask=mask, scale=scale, enable_gqa=True
     )
@@ -237,8 +265,9 @@ def paged_attention_reference(
     value_cache: torch.Tensor,
     meta: AttentionMetadata,
     scale: float,
+    window: int | None = None,
 ) -> torch.Tensor:
     """Causal attention of each sequence's query rows over its cached keys (GQA by grouping)."""
     return TorchAttentionBackend(use_kernel=False).forward(
-        query, key_cache, value_cache, meta, scale
+        query, key_cache, value_cache, meta, scale, window=window
     )

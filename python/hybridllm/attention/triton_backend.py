@@ -33,5 +33,6 @@ class TritonAttentionBackend:
         scale: float,
         key: torch.Tensor | None = None,
         value: torch.Tensor | None = None,
+        window: int | None = None,
     ) -> torch.Tensor:
-        return paged_attention(query, key_cache, value_cache, meta, scale)
+        return paged_attention(query, key_cache, value_cache, meta, scale, window=window)

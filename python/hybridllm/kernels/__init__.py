@@ -18,6 +18,9 @@ if TYPE_CHECKING:
 
 # Both paged-attention kernels work in base 2 (exp2) with the softmax scale folded in.
 LOG2E = 1.4426950408889634
+# The window both pass for full-attention layers: longer than any context, far from int32
+# overflow when subtracted from a key position.
+NO_WINDOW = 1 << 30
 
 
 def dot_precision(dtype: torch.dtype) -> str:
@@ -46,4 +49,4 @@ def triton_usable() -> bool:
     return torch.cuda.is_available()
 
 
-__all__ = ["LOG2E", "dot_precision", "interpreting", "triton_usable"]
+__all__ = ["LOG2E", "NO_WINDOW", "dot_precision", "interpreting", "triton_usable"]

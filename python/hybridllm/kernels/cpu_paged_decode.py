@@ -66,8 +66,12 @@ def paged_decode(
     block_tables: torch.Tensor,
     seq_lens: torch.Tensor,
     scale: float,
+    window: int | None = None,
 ) -> torch.Tensor:
-    """query [b, H, D]; caches [blocks, block_size, Hkv, D]; block_tables [b, n] int32."""
+    """query [b, H, D]; caches [blocks, block_size, Hkv, D]; block_tables [b, n] int32;
+    window: each query sees its sequence's last `window` keys only (None: all)."""
     module = load()
     assert module is not None
-    return module.paged_decode(query, key_cache, value_cache, block_tables, seq_lens, scale)
+    return module.paged_decode(
+        query, key_cache, value_cache, block_tables, seq_lens, scale, window or 0
+    )

@@ -5,6 +5,9 @@ one kv head, so each K/V tile is loaded once for the whole GQA group. Programs f
 sequence by binary search over cu_seqlens_q on the device, so the grid depends only on host
 sizes (T, B): no device sync, and the launch can be captured in a CUDA graph.
 `paged_attention` picks between this kernel and the split-KV decode kernel.
+
+A sliding-window layer passes its window W: the query at position p sees keys p - W + 1 .. p,
+and tiles wholly before a program's first row's window are not loaded at all.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from hybridllm.kernels import LOG2E, dot_precision, interpreting
+from hybridllm.kernels import LOG2E, NO_WINDOW, dot_precision, interpreting
 from hybridllm.step_types import AttentionMetadata
 
 
@@ -39,7 +42,7 @@ def _find_seq(cu_q_ptr, q_block, num_seqs, BLOCK_Q: tl.constexpr):
 def _unified_attention_kernel(
     out_ptr, q_ptr, k_cache_ptr, v_cache_ptr,
     block_tables_ptr, seq_lens_ptr, cu_q_ptr,
-    qk_scale, num_seqs, block_size,
+    qk_scale, num_seqs, block_size, window,
     stride_qt, stride_qh, stride_ot, stride_oh,
     stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
@@ -70,14 +73,15 @@ def _unified_attention_kernel(
         q_ptr + q_rows[:, None] * stride_qt + head[:, None] * stride_qh + offs_d[None, :],
         mask=row_ok[:, None] & d_ok[None, :], other=0.0,
     )
-    last_key = context + q_pos  # causal: row sees keys 0..last_key
+    last_key = context + q_pos  # causal: row sees keys last_key - window + 1 .. last_key
     num_keys = tl.minimum(seq_len, context + (local + 1) * BLOCK_Q)
+    first_key = tl.maximum(context + local * BLOCK_Q - window + 1, 0)  # the tile's first row's
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], tl.float32)
     table = block_tables_ptr + seq.to(tl.int64) * stride_bt
-    for start_n in range(0, num_keys, BLOCK_N):
+    for start_n in range(first_key, num_keys, BLOCK_N):
         k_pos = start_n + offs_n
         k_ok = k_pos < num_keys
         phys = tl.load(table + k_pos // block_size, mask=k_ok, other=0).to(tl.int64)
@@ -91,6 +95,7 @@ def _unified_attention_kernel(
         # Scores in log2 units (scale folded with log2 e) so the softmax can use exp2.
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
         visible = row_ok[:, None] & (k_pos[None, :] <= last_key[:, None])
+        visible = visible & (k_pos[None, :] > last_key[:, None] - window)
         s = tl.where(visible, s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         # Rows with nothing visible yet keep m = -inf; subtract 0 so exp2 gives 0, not NaN.
@@ -119,6 +124,7 @@ def unified_attention(
     meta: AttentionMetadata,
     scale: float,
     out: torch.Tensor | None = None,
+    window: int | None = None,
 ) -> torch.Tensor:
     num_tokens, num_heads, head_dim = query.shape
     num_kv_heads = key_cache.shape[2]
@@ -137,7 +143,7 @@ def unified_attention(
     _unified_attention_kernel[grid](
         out, query, key_cache, value_cache,
         meta.block_tables, meta.seq_lens, meta.cu_seqlens_q,
-        scale * LOG2E, num_seqs, key_cache.shape[1],
+        scale * LOG2E, num_seqs, key_cache.shape[1], window or NO_WINDOW,
         query.stride(0), query.stride(1), out.stride(0), out.stride(1),
         key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
         value_cache.stride(0), value_cache.stride(1), value_cache.stride(2),
@@ -158,7 +164,9 @@ MIN_KEYS_PER_SPLIT = 128
 MAX_SPLITS = 64
 
 
-def choose_num_splits(meta: AttentionMetadata, num_kv_heads: int, device: torch.device) -> int:
+def choose_num_splits(
+    meta: AttentionMetadata, num_kv_heads: int, device: torch.device, window: int | None = None
+) -> int:
     """Split the keys across programs only when a decode batch would leave most SMs idle."""
     if not meta.is_pure_decode or meta.num_seqs == 0:
         return 1
@@ -166,7 +174,7 @@ def choose_num_splits(meta: AttentionMetadata, num_kv_heads: int, device: torch.
     programs = meta.num_seqs * num_kv_heads
     if programs >= sms:
         return 1
-    by_work = meta.max_seqlen_k // MIN_KEYS_PER_SPLIT
+    by_work = min(meta.max_seqlen_k, window or NO_WINDOW) // MIN_KEYS_PER_SPLIT
     by_occupancy = triton.cdiv(2 * sms, programs)
     return max(1, min(by_work, by_occupancy, MAX_SPLITS))
 
@@ -179,12 +187,16 @@ def paged_attention(
     scale: float,
     num_splits: int | None = None,
     out: torch.Tensor | None = None,
+    window: int | None = None,
 ) -> torch.Tensor:
-    """[T, H, D] causal GQA attention over the paged cache; plans from host lists only."""
+    """[T, H, D] causal GQA attention over the paged cache, over the last `window` keys of
+    each query if given; plans from host lists only."""
     if num_splits is None:
-        num_splits = choose_num_splits(meta, key_cache.shape[2], query.device)
+        num_splits = choose_num_splits(meta, key_cache.shape[2], query.device, window)
     if num_splits > 1 and meta.is_pure_decode:
         from hybridllm.kernels.paged_decode_split import split_kv_decode
 
-        return split_kv_decode(query, key_cache, value_cache, meta, scale, num_splits, out)
-    return unified_attention(query, key_cache, value_cache, meta, scale, out)
+        return split_kv_decode(
+            query, key_cache, value_cache, meta, scale, num_splits, out, window
+        )
+    return unified_attention(query, key_cache, value_cache, meta, scale, out, window)

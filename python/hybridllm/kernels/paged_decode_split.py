@@ -4,7 +4,8 @@ With one query token per sequence, B * num_kv_heads programs can leave most SMs 
 each sequence's keys are cut into num_splits partitions handled by separate programs, which
 write unnormalized partial outputs plus their running max and sum; a second kernel merges
 them. The partition length is derived from the device seq_lens, so only num_splits is planned
-on the host (a captured graph stays correct as contexts grow).
+on the host (a captured graph stays correct as contexts grow). A sliding-window layer's
+partitions cover only its last `window` keys.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from hybridllm.kernels import LOG2E, dot_precision, interpreting
+from hybridllm.kernels import LOG2E, NO_WINDOW, dot_precision, interpreting
 from hybridllm.step_types import AttentionMetadata
 
 
@@ -21,7 +22,7 @@ from hybridllm.step_types import AttentionMetadata
 def _split_decode_kernel(
     part_out_ptr, part_ml_ptr, q_ptr, k_cache_ptr, v_cache_ptr,
     block_tables_ptr, seq_lens_ptr, cu_q_ptr,
-    qk_scale, block_size, num_heads,
+    qk_scale, block_size, num_heads, window,
     stride_qt, stride_qh,
     stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
@@ -35,8 +36,9 @@ def _split_decode_kernel(
     if tl.load(cu_q_ptr + seq + 1) - token != 1:
         return
     seq_len = tl.load(seq_lens_ptr + seq)
-    part = tl.cdiv(tl.cdiv(seq_len, NUM_SPLITS), BLOCK_N) * BLOCK_N
-    start = split * part
+    first = tl.maximum(seq_len - window, 0)
+    part = tl.cdiv(tl.cdiv(seq_len - first, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    start = first + split * part
     end = tl.minimum(start + part, seq_len)
 
     offs_h = tl.arange(0, BLOCK_H)
@@ -130,6 +132,7 @@ def split_kv_decode(
     scale: float,
     num_splits: int,
     out: torch.Tensor | None = None,
+    window: int | None = None,
 ) -> torch.Tensor:
     num_tokens, num_heads, head_dim = query.shape
     num_kv_heads = key_cache.shape[2]
@@ -148,7 +151,7 @@ def split_kv_decode(
     _split_decode_kernel[(num_seqs, num_kv_heads, num_splits)](
         part_out, part_ml, query, key_cache, value_cache,
         meta.block_tables, meta.seq_lens, meta.cu_seqlens_q,
-        scale * LOG2E, key_cache.shape[1], num_heads,
+        scale * LOG2E, key_cache.shape[1], num_heads, window or NO_WINDOW,
         query.stride(0), query.stride(1),
         key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
         value_cache.stride(0), value_cache.stride(1), value_cache.stride(2),

@@ -31,6 +31,11 @@ class LlamaConfig:
     # Attention of the last sliding_window keys only (Mistral), in some layer at least; None:
     # every layer attends to the whole context.
     sliding_window: int | None = None
+    # Each layer's window (None: full attention); empty when no layer has one.
+    layer_windows: tuple[int | None, ...] = ()
+
+    def layer_window(self, layer: int) -> int | None:
+        return self.layer_windows[layer] if self.layer_windows else None
 
     @property
     def max_positions(self) -> int:
@@ -38,13 +43,16 @@ class LlamaConfig:
 
     def verify(self, max_model_len: int) -> None:
         """A window at least max_model_len long never cuts a sequence's context short, so it
-        is plain causal attention; a shorter one would need windowed attention, which no
-        attention path here implements."""
+        is plain causal attention. Every attention path runs shorter windows, but only the
+        architectures in _WINDOWED are checked against transformers with one (Qwen2's
+        per-layer windows from max_window_layers are not yet)."""
+        if self.architecture in _WINDOWED:
+            return
         if self.sliding_window is not None and self.sliding_window < max_model_len:
             raise ValueError(
                 f"{self.architecture}: sliding_window ({self.sliding_window}) is smaller than "
-                f"max_model_len ({max_model_len}); sliding-window attention is not supported, "
-                f"so pass --max-model-len {self.sliding_window} or less"
+                f"max_model_len ({max_model_len}); sliding-window attention is not checked "
+                f"for this architecture, so pass --max-model-len {self.sliding_window} or less"
             )
 
     @classmethod
@@ -80,7 +88,22 @@ class LlamaConfig:
             eos_token_ids=eos_ids,
             architecture=arch,
             sliding_window=_sliding_window(raw),
+            layer_windows=_layer_windows(raw),
         )
+
+
+# Architectures whose sliding windows are served (and parity-tested, tests/models).
+_WINDOWED = frozenset({"MistralForCausalLM"})
+
+
+def _layer_windows(raw: dict) -> tuple[int | None, ...]:
+    """Per layer: the window of sliding_attention layers (layer_types, transformers 5), or of
+    every layer when the config names no kinds; () when no layer has one."""
+    window = _sliding_window(raw)
+    if window is None:
+        return ()
+    kinds = raw.get("layer_types") or ["sliding_attention"] * raw["num_hidden_layers"]
+    return tuple(window if kind == "sliding_attention" else None for kind in kinds)
 
 
 def _sliding_window(raw: dict) -> int | None:

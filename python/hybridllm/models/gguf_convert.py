@@ -1,8 +1,15 @@
 """Convert a llama.cpp GGUF checkpoint into a Hugging Face model folder, once.
 
 Weights are dequantized with the `gguf` package; config, tokenizer and chat template are
-recovered from the GGUF metadata by transformers. llama.cpp stores attn_q/attn_k rows permuted
-for its interleaved RoPE, so they are permuted back to the Hugging Face (rotate-half) layout.
+recovered from the GGUF metadata by transformers. llama.cpp stores Llama's attn_q/attn_k rows
+permuted for its interleaved RoPE, so they are permuted back to the Hugging Face (rotate-half)
+layout.
+
+Gemma 3 (general.architecture gemma3): its own tensor names; no RoPE permutation (llama.cpp
+runs Gemma with rotate-half RoPE); and every norm weight is stored as the gain 1 + w, where
+Hugging Face checkpoints hold w, so 1 is subtracted (checked on the bundled 270M: with the
+subtraction perplexity on plain English is ~9, without it ~10^8). Its GGUF carries no chat
+template, so Gemma's turn template (GEMMA_CHAT_TEMPLATE) is written.
 """
 
 from __future__ import annotations
@@ -38,12 +45,43 @@ _NAME_MAP = {
 }
 
 
-def hf_name(gguf_name: str) -> str:
+# Gemma 3's names where they differ from Llama's (its ffn_norm is the pre-MLP norm).
+_GEMMA3_NAME_MAP = {
+    **_NAME_MAP,
+    "blk.{i}.ffn_norm.weight": "model.layers.{i}.pre_feedforward_layernorm.weight",
+    "blk.{i}.post_attention_norm.weight": "model.layers.{i}.post_attention_layernorm.weight",
+    "blk.{i}.post_ffw_norm.weight": "model.layers.{i}.post_feedforward_layernorm.weight",
+    "blk.{i}.attn_q_norm.weight": "model.layers.{i}.self_attn.q_norm.weight",
+    "blk.{i}.attn_k_norm.weight": "model.layers.{i}.self_attn.k_norm.weight",
+}
+
+# Gemma's turns: the system message (Gemma has no system role) opens the first user turn;
+# the assistant's role is "model"; generation continues an open model turn.
+GEMMA_CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{%- set ns = namespace(prefix='') -%}"
+    "{%- for message in messages -%}"
+    "{%- if message['role'] == 'system' -%}"
+    "{%- set ns.prefix = message['content'] + '\n\n' -%}"
+    "{%- else -%}"
+    "{%- set role = 'model' if message['role'] == 'assistant' else message['role'] -%}"
+    "{{ '<start_of_turn>' + role + '\n' + ns.prefix + message['content'] | trim"
+    " + '<end_of_turn>\n' }}"
+    "{%- set ns.prefix = '' -%}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}"
+)
+# <end_of_turn> in Gemma 3's vocabulary: a chat answer ends there, text at <eos> (1).
+GEMMA_END_OF_TURN = 106
+
+
+def hf_name(gguf_name: str, name_map: dict[str, str] = _NAME_MAP) -> str:
     match = re.match(r"blk\.(\d+)\.(.*)", gguf_name)
     if match is None:
-        return _NAME_MAP[gguf_name]
+        return name_map[gguf_name]
     layer, rest = match.groups()
-    return _NAME_MAP["blk.{i}." + rest].format(i=layer)
+    return name_map["blk.{i}." + rest].format(i=layer)
 
 
 def unpermute_rope(weight: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -57,7 +95,10 @@ def unpermute_rope(weight: torch.Tensor, num_heads: int) -> torch.Tensor:
     )
 
 
-def read_weights(reader: GGUFReader, num_heads: int, num_kv_heads: int) -> dict[str, torch.Tensor]:
+def read_weights(
+    reader: GGUFReader, num_heads: int, num_kv_heads: int, gemma: bool = False
+) -> dict[str, torch.Tensor]:
+    """gemma: Gemma 3's names and norm offsets, no RoPE un-permutation."""
     weights: dict[str, torch.Tensor] = {}
     # disable=None: a bar on a terminal, quiet in logs and pipes.
     for tensor in tqdm(reader.tensors, desc="Dequantizing GGUF tensors", unit="tensor",
@@ -66,8 +107,11 @@ def read_weights(reader: GGUFReader, num_heads: int, num_kv_heads: int) -> dict[
         # GGUF lists dims fastest-first; numpy data is already row-major (out, in).
         shape = tuple(int(d) for d in reversed(tensor.shape))
         value = torch.from_numpy(np.array(array, dtype=np.float32).reshape(shape))
-        name = hf_name(tensor.name)
-        if name.endswith("q_proj.weight"):
+        name = hf_name(tensor.name, _GEMMA3_NAME_MAP if gemma else _NAME_MAP)
+        if gemma:
+            if name.endswith("norm.weight"):
+                value = value - 1.0
+        elif name.endswith("q_proj.weight"):
             value = unpermute_rope(value, num_heads)
         elif name.endswith("k_proj.weight"):
             value = unpermute_rope(value, num_kv_heads)
@@ -85,9 +129,18 @@ def convert_gguf(gguf_path: str | os.PathLike[str], out_dir: str | os.PathLike[s
     config = AutoConfig.from_pretrained(folder, gguf_file=file)
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=file)
     reader = GGUFReader(str(gguf_path))
-    weights = read_weights(reader, config.num_attention_heads, config.num_key_value_heads)
+    gemma = _architecture(reader) == "gemma3"
+    weights = read_weights(
+        reader, config.num_attention_heads, config.num_key_value_heads, gemma=gemma
+    )
     if config.tie_word_embeddings:
         weights.pop("lm_head.weight", None)
+    eos = config.eos_token_id
+    if gemma:
+        config.architectures = ["Gemma3ForCausalLM"]
+        if not tokenizer.chat_template:
+            tokenizer.chat_template = GEMMA_CHAT_TEMPLATE
+        eos = [eos, GEMMA_END_OF_TURN]
 
     # Write into a temporary sibling and rename, so an interrupted run leaves no half folder.
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -99,7 +152,7 @@ def convert_gguf(gguf_path: str | os.PathLike[str], out_dir: str | os.PathLike[s
         tokenizer.save_pretrained(tmp)
         GenerationConfig(
             bos_token_id=config.bos_token_id,
-            eos_token_id=config.eos_token_id,
+            eos_token_id=eos,
             pad_token_id=getattr(config, "pad_token_id", None),
         ).save_pretrained(tmp)
         save_file(weights, str(tmp / "model.safetensors"), metadata={"format": "pt"})
@@ -111,6 +164,11 @@ def convert_gguf(gguf_path: str | os.PathLike[str], out_dir: str | os.PathLike[s
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out_dir
+
+
+def _architecture(reader: GGUFReader) -> str:
+    field = reader.fields["general.architecture"]
+    return str(field.contents())
 
 
 def _ensure_chat_template_in_tokenizer_config(folder: Path, template: str | None) -> None:

@@ -47,6 +47,8 @@ class LlamaAttention(nn.Module):
         self.q_size = self.num_heads * self.head_dim
         self.kv_size = self.num_kv_heads * self.head_dim
         self.scale = self.head_dim**-0.5
+        # A sliding-window layer's window (set by the model per layer); None: full attention.
+        self.window: int | None = None
         self.qkv_proj = nn.Linear(cfg.hidden_size, self.q_size + 2 * self.kv_size, bias=qkv_bias)
         self.o_proj = nn.Linear(self.q_size, cfg.hidden_size, bias=o_bias)
 
@@ -85,7 +87,9 @@ class LlamaAttention(nn.Module):
         v = v.view(-1, self.num_kv_heads, self.head_dim)
         key_cache, value_cache = kv_cache[0], kv_cache[1]
         backend.write_kv(k, v, key_cache, value_cache, meta.slot_mapping)
-        out = backend.forward(q, key_cache, value_cache, meta, self.scale, key=k, value=v)
+        out = backend.forward(
+            q, key_cache, value_cache, meta, self.scale, key=k, value=v, window=self.window
+        )
         return self.tp.all_reduce(self.o_proj(out.reshape(-1, self.q_size)))
 
 
@@ -143,10 +147,9 @@ class LlamaForCausalLM(nn.Module):
         self.cfg = cfg
         self.tp = tp
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.ModuleList(
-            LlamaDecoderLayer(cfg, self.make_attention(cfg, tp), tp)
-            for _ in range(cfg.num_hidden_layers)
-        )
+        self.layers = nn.ModuleList(self.make_layer(cfg, tp) for _ in range(cfg.num_hidden_layers))
+        for i, layer in enumerate(self.layers):
+            layer.self_attn.window = cfg.layer_window(i)
         self.norm = nn.Parameter(torch.ones(cfg.hidden_size))
         # Vocab-parallel: rank r holds rows [r * V', (r + 1) * V') of the vocabulary padded to
         # T * V' (the padding rows stay zero; their logits are cut off after the gather). A
@@ -163,6 +166,10 @@ class LlamaForCausalLM(nn.Module):
         self.ops: LayerOps = layers.TORCH_OPS
         # The LM head with a oneDNN-packed weight, once pack_for_cpu() has run.
         self.packed_lm_head: PackedLinear | None = None
+
+    def make_layer(self, cfg: LlamaConfig, tp: TensorParallelGroup) -> nn.Module:
+        """One decoder layer (Gemma 3 has its own, models/gemma3.py)."""
+        return LlamaDecoderLayer(cfg, self.make_attention(cfg, tp), tp)
 
     def make_attention(self, cfg: LlamaConfig, tp: TensorParallelGroup) -> LlamaAttention:
         """One layer's attention: where the family's variants differ. Llama's config says

@@ -17,10 +17,11 @@ from hybridllm.models.interfaces import DecoderConfig, ModelConfig
 # architecture -> (module under hybridllm.models, class in it)
 _TEXT_GENERATION_MODELS: dict[str, tuple[str, str]] = {
     "LlamaForCausalLM": ("llama", "LlamaForCausalLM"),
-    # Llama's layout; a sliding window shorter than the context is refused (LlamaConfig.verify).
+    # Llama's layout, each layer attending to its last sliding_window keys.
     "MistralForCausalLM": ("llama", "LlamaForCausalLM"),
     "Qwen2ForCausalLM": ("qwen2", "Qwen2ForCausalLM"),
     "Qwen3ForCausalLM": ("qwen3", "Qwen3ForCausalLM"),
+    "Gemma3ForCausalLM": ("gemma3", "Gemma3ForCausalLM"),
 }
 
 # For a config.json without `architectures` (the bundled GGUF conversion writes none).
@@ -29,6 +30,7 @@ _MODEL_TYPES = {
     "mistral": "MistralForCausalLM",
     "qwen2": "Qwen2ForCausalLM",
     "qwen3": "Qwen3ForCausalLM",
+    "gemma3_text": "Gemma3ForCausalLM",
 }
 
 

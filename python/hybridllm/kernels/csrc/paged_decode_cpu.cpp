@@ -75,55 +75,60 @@ inline void prefetch_row(const float* row, int64_t floats) {
   for (int64_t f = 0; f < floats; f += 16) __builtin_prefetch(row + f);  // 64-byte lines
 }
 
-// out[i, :, :] = softmax(scale * q . K_i) V_i for every head of one sequence. Each token's
-// keys (all kv heads) are one contiguous row, read once for all heads, block after block:
-// sequential within a block, which the hardware prefetcher follows.
+// out[i, :, :] = softmax(scale * q . K_i) V_i for every head of one sequence, over its keys
+// first .. len - 1 (first > 0 for a sliding-window layer). Each token's keys (all kv heads)
+// are one contiguous row, read once for all heads, block after block: sequential within a
+// block, which the hardware prefetcher follows. Scores are indexed from `first`.
 template <int G>
 void decode_one(const float* q, const float* kc, const float* vc, const int32_t* table,
-                int64_t len, int64_t block_size, int64_t num_kv, int64_t group, int64_t dim,
-                float scale, float* out, std::vector<float>& scores) {
-  const int64_t heads = num_kv * group, token_stride = num_kv * dim;
-  scores.resize(heads * len);
-  for (int64_t start = 0; start < len; start += block_size) {
-    const float* row = kc + int64_t(table[start / block_size]) * block_size * token_stride;
-    const int64_t n = std::min(block_size, len - start);
+                int64_t first, int64_t len, int64_t block_size, int64_t num_kv, int64_t group,
+                int64_t dim, float scale, float* out, std::vector<float>& scores) {
+  const int64_t heads = num_kv * group, token_stride = num_kv * dim, cnt = len - first;
+  scores.resize(heads * cnt);
+  for (int64_t t = first; t < len;) {
+    const int64_t blk = t / block_size, off = t % block_size;
+    const int64_t n = std::min(block_size - off, len - t);
+    const float* row = kc + (int64_t(table[blk]) * block_size + off) * token_stride;
     // Blocks are scattered: start fetching the next one while this one is computed.
-    const float* next = start + block_size < len
-        ? kc + int64_t(table[start / block_size + 1]) * block_size * token_stride
+    const float* next = t + n < len
+        ? kc + int64_t(table[blk + 1]) * block_size * token_stride
         : nullptr;
     for (int64_t j = 0; j < n; ++j, row += token_stride) {
       if (next != nullptr) prefetch_row(next + j * token_stride, token_stride);
       for (int64_t h = 0; h < num_kv; ++h) {
-        float* dst = scores.data() + h * group * len + start + j;
+        float* dst = scores.data() + h * group * cnt + (t - first) + j;
         if constexpr (G > 0) {
-          dot_group<G>(q + h * G * dim, row + h * dim, dim, scale, dst, len);
+          dot_group<G>(q + h * G * dim, row + h * dim, dim, scale, dst, cnt);
         } else {
-          dot_any(q + h * group * dim, row + h * dim, dim, group, scale, dst, len);
+          dot_any(q + h * group * dim, row + h * dim, dim, group, scale, dst, cnt);
         }
       }
     }
+    t += n;
   }
   for (int64_t r = 0; r < heads; ++r) {
-    float* s = scores.data() + r * len;
-    const float inv = exp_shifted(s, len);
-    for (int64_t t = 0; t < len; ++t) s[t] *= inv;
+    float* s = scores.data() + r * cnt;
+    const float inv = exp_shifted(s, cnt);
+    for (int64_t t = 0; t < cnt; ++t) s[t] *= inv;
   }
   std::fill(out, out + heads * dim, 0.f);
-  for (int64_t start = 0; start < len; start += block_size) {
-    const float* row = vc + int64_t(table[start / block_size]) * block_size * token_stride;
-    const int64_t n = std::min(block_size, len - start);
-    const float* next = start + block_size < len
-        ? vc + int64_t(table[start / block_size + 1]) * block_size * token_stride
+  for (int64_t t = first; t < len;) {
+    const int64_t blk = t / block_size, off = t % block_size;
+    const int64_t n = std::min(block_size - off, len - t);
+    const float* row = vc + (int64_t(table[blk]) * block_size + off) * token_stride;
+    const float* next = t + n < len
+        ? vc + int64_t(table[blk + 1]) * block_size * token_stride
         : nullptr;
     for (int64_t j = 0; j < n; ++j, row += token_stride) {
       if (next != nullptr) prefetch_row(next + j * token_stride, token_stride);
       for (int64_t r = 0; r < heads; ++r) {
-        const float p = scores[r * len + start + j];
+        const float p = scores[r * cnt + (t - first) + j];
         const float* v = row + (r / group) * dim;
         float* o = out + r * dim;
         for (int64_t d = 0; d < dim; ++d) o[d] += p * v[d];
       }
     }
+    t += n;
   }
 }
 
@@ -160,15 +165,16 @@ inline float hsum(vec16 v) {
 // 15% slower overall although it does less arithmetic. The softmax is normalized at the end.
 template <int NV, int G>
 void decode_vec(const float* q, const float* kc, const float* vc, const int32_t* table,
-                int64_t len, int64_t block_size, int64_t num_kv, int64_t, int64_t, float scale,
-                float* out, std::vector<float>& scores) {
+                int64_t first, int64_t len, int64_t block_size, int64_t num_kv, int64_t,
+                int64_t, float scale, float* out, std::vector<float>& scores) {
   constexpr int64_t dim = NV * 16;
-  const int64_t heads = num_kv * G, token_stride = num_kv * dim;
-  scores.resize(heads * len + heads);
-  float* inv = scores.data() + heads * len;
-  for (int64_t start = 0; start < len; start += block_size) {
-    const float* row = kc + int64_t(table[start / block_size]) * block_size * token_stride;
-    const int64_t n = std::min(block_size, len - start);
+  const int64_t heads = num_kv * G, token_stride = num_kv * dim, cnt = len - first;
+  scores.resize(heads * cnt + heads);
+  float* inv = scores.data() + heads * cnt;
+  for (int64_t t = first; t < len;) {
+    const int64_t blk = t / block_size, off = t % block_size;
+    const int64_t n = std::min(block_size - off, len - t);
+    const float* row = kc + (int64_t(table[blk]) * block_size + off) * token_stride;
     for (int64_t j = 0; j < n; ++j, row += token_stride) {
       for (int64_t h = 0; h < num_kv; ++h) {
         const float* qh = q + h * G * dim;
@@ -177,36 +183,39 @@ void decode_vec(const float* q, const float* kc, const float* vc, const int32_t*
           const vec16 k = load16(row + h * dim + c * 16);
           for (int g = 0; g < G; ++g) acc[g] += load16(qh + g * dim + c * 16) * k;
         }
-        float* dst = scores.data() + h * G * len + start + j;
-        for (int g = 0; g < G; ++g) dst[g * len] = hsum(acc[g]) * scale;
+        float* dst = scores.data() + h * G * cnt + (t - first) + j;
+        for (int g = 0; g < G; ++g) dst[g * cnt] = hsum(acc[g]) * scale;
       }
     }
+    t += n;
   }
-  for (int64_t r = 0; r < heads; ++r) inv[r] = exp_shifted(scores.data() + r * len, len);
+  for (int64_t r = 0; r < heads; ++r) inv[r] = exp_shifted(scores.data() + r * cnt, cnt);
   std::fill(out, out + heads * dim, 0.f);
-  for (int64_t start = 0; start < len; start += block_size) {
-    const float* row = vc + int64_t(table[start / block_size]) * block_size * token_stride;
-    const int64_t n = std::min(block_size, len - start);
+  for (int64_t t = first; t < len;) {
+    const int64_t blk = t / block_size, off = t % block_size;
+    const int64_t n = std::min(block_size - off, len - t);
+    const float* row = vc + (int64_t(table[blk]) * block_size + off) * token_stride;
     for (int64_t j = 0; j < n; ++j, row += token_stride) {
       for (int64_t h = 0; h < num_kv; ++h) {
-        const float* p = scores.data() + h * G * len + start + j;
+        const float* p = scores.data() + h * G * cnt + (t - first) + j;
         float* oh = out + h * G * dim;
         for (int c = 0; c < NV; ++c) {
           const vec16 v = load16(row + h * dim + c * 16);
           for (int g = 0; g < G; ++g) {
             float* o = oh + g * dim + c * 16;
-            store16(o, load16(o) + p[g * len] * v);
+            store16(o, load16(o) + p[g * cnt] * v);
           }
         }
       }
     }
+    t += n;
   }
   for (int64_t r = 0; r < heads; ++r)
     for (int64_t d = 0; d < dim; ++d) out[r * dim + d] *= inv[r];
 }
 
 using DecodeFn = void (*)(const float*, const float*, const float*, const int32_t*, int64_t,
-                          int64_t, int64_t, int64_t, int64_t, float, float*,
+                          int64_t, int64_t, int64_t, int64_t, int64_t, float, float*,
                           std::vector<float>&);
 
 template <int NV>
@@ -240,9 +249,11 @@ DecodeFn pick(int64_t group, int64_t dim) {
 }  // namespace
 
 // query [B, H, D] f32 contiguous; caches [num_blocks, block_size, Hkv, D] f32 contiguous;
-// block_tables [B, max_blocks] int32; seq_lens [B] int32. Returns [B, H, D].
+// block_tables [B, max_blocks] int32; seq_lens [B] int32; window: attend to the last `window`
+// keys only (a sliding-window layer), or 0 for all. Returns [B, H, D].
 torch::Tensor paged_decode(torch::Tensor query, torch::Tensor key_cache, torch::Tensor value_cache,
-                           torch::Tensor block_tables, torch::Tensor seq_lens, double scale) {
+                           torch::Tensor block_tables, torch::Tensor seq_lens, double scale,
+                           int64_t window) {
   TORCH_CHECK(query.dtype() == torch::kFloat32 && key_cache.dtype() == torch::kFloat32,
               "paged_decode: float32 only");
   TORCH_CHECK(block_tables.dtype() == torch::kInt32 && seq_lens.dtype() == torch::kInt32,
@@ -263,8 +274,10 @@ torch::Tensor paged_decode(torch::Tensor query, torch::Tensor key_cache, torch::
   at::parallel_for(0, batch, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores;
     for (int64_t i = begin; i < end; ++i) {
-      decode_one_seq(q + i * heads * dim, kc, vc, tables + i * max_blocks, lens[i], block_size,
-                     num_kv, group, dim, float(scale), o + i * heads * dim, scores);
+      const int64_t len = lens[i];
+      const int64_t first = window > 0 ? std::max<int64_t>(0, len - window) : 0;
+      decode_one_seq(q + i * heads * dim, kc, vc, tables + i * max_blocks, first, len,
+                     block_size, num_kv, group, dim, float(scale), o + i * heads * dim, scores);
     }
   });
   return out;
