@@ -335,3 +335,31 @@ def test_pooling_endpoint(embed_servers: dict, servers: dict) -> None:
         r = s.post("/pooling", body)
         assert r.status_code == 400, (mode, r.text)
         assert r.json()["error"]["message"] == "The model does not support Pooling API", mode
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("endianness", ["native", "little", "big"])
+def test_embed_dtype_and_endianness(embed_servers: dict, dtype: str, endianness: str) -> None:
+    """vLLM's base64 options: the float vector cast to `embed_dtype` (round to nearest even,
+    as torch casts) in `endianness` byte order; floats ignore them, as vLLM's."""
+    import torch
+
+    body = {"input": ["hello", "Hello world!"]}
+    for mode, s in embed_servers.items():
+        floats = parsed(s.post(E, body))["data"]
+        r = s.post(E, {**body, "encoding_format": "base64", "embed_dtype": dtype,
+                       "endianness": endianness})
+        assert r.status_code == 200, (mode, r.text)
+        wide = dtype == "float32"
+        unsigned = ">" if endianness == "big" else "<"
+        unsigned += "u4" if wide else "u2"
+        for got, want in zip(r.json()["data"], floats):
+            raw = np.frombuffer(base64.b64decode(got["embedding"]), dtype=unsigned)
+            cast = torch.tensor(np.asarray(want["embedding"], dtype=np.float32))
+            bits = cast.to(getattr(torch, dtype)).view(torch.int32 if wide else torch.int16)
+            expect = bits.numpy().astype(np.uint32 if wide else np.uint16)
+            assert np.array_equal(raw, expect), (mode, dtype, endianness)
+        same = parsed(s.post(E, {**body, "embed_dtype": dtype, "endianness": endianness}))
+        assert same["data"] == floats, mode  # encoding_format float: no effect
+    r = embed_servers["rust"].post(E, {**body, "embed_dtype": "fp8_e4m3"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "embed_dtype"

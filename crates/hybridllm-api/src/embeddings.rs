@@ -33,6 +33,11 @@ pub struct EmbeddingRequest {
     pub normalize: Option<bool>,
     /// vLLM's current name for `normalize` (which wins when both are set).
     pub use_activation: Option<bool>,
+    /// vLLM's: the dtype of base64 vectors: "float32" (the default), "float16", "bfloat16".
+    pub embed_dtype: Option<String>,
+    /// vLLM's: the byte order of base64 vectors: "native" (the default: little here),
+    /// "little" or "big".
+    pub endianness: Option<String>,
     /// vLLM's: the response id is `embd-<request_id>` (an `X-Request-Id` header wins).
     pub request_id: Option<String>,
     /// vLLM's: an embedding step shares no KV cache between requests, so every salt is
@@ -51,16 +56,6 @@ const EMBEDDING_UNHONOURED: &[Unhonoured] = &[
         field: "priority",
         neutral: crate::request::zero,
         why: "an embedding step takes every waiting input in arrival order",
-    },
-    Unhonoured {
-        field: "embed_dtype",
-        neutral: |v| v.as_str() == Some("float32"),
-        why: "base64 embeddings are float32 (\"float32\" is served)",
-    },
-    Unhonoured {
-        field: "endianness",
-        neutral: |v| matches!(v.as_str(), Some("native" | "little")),
-        why: "base64 embeddings are little-endian (\"little\" and \"native\" are served)",
     },
     Unhonoured {
         field: "truncation_side",
@@ -187,6 +182,24 @@ fn check_options(ctx: &ApiContext, req: &EmbeddingRequest) -> Result<(), ApiErro
             ))
         }
     }
+    match req.embed_dtype.as_deref() {
+        None | Some("float32" | "float16" | "bfloat16") => {}
+        Some(d) => {
+            return Err(ApiError::bad_param(
+                "embed_dtype",
+                format!("embed_dtype must be 'float32', 'float16' or 'bfloat16', got '{d}'."),
+            ))
+        }
+    }
+    match req.endianness.as_deref() {
+        None | Some("native" | "little" | "big") => {}
+        Some(e) => {
+            return Err(ApiError::bad_param(
+                "endianness",
+                format!("endianness must be 'native', 'little' or 'big', got '{e}'."),
+            ))
+        }
+    }
     let hidden = ctx.hidden_size as i64;
     match req.dimensions {
         Some(d) if d != hidden => Err(ApiError::bad_param(
@@ -265,7 +278,7 @@ pub struct EmbeddingCall {
     listed: bool,
     limit: Option<usize>,
     special: bool,
-    base64: bool,
+    base64: Option<Encoding>,
     pub normalize: Option<bool>,
     caller: CallerId,
     /// vLLM's generic `/pooling` endpoint: the same pooling, its own response shape.
@@ -320,7 +333,16 @@ impl EmbeddingCall {
             listed,
             limit,
             special: req.add_special_tokens.unwrap_or(true),
-            base64: req.encoding_format.as_deref() == Some("base64"),
+            base64: (req.encoding_format.as_deref() == Some("base64")).then(|| Encoding {
+                dtype: match req.embed_dtype.as_deref() {
+                    Some("float16") => Dtype::F16,
+                    Some("bfloat16") => Dtype::Bf16,
+                    _ => Dtype::F32,
+                },
+                big: req.endianness.as_deref() == Some("big")
+                    || (req.endianness.as_deref().unwrap_or("native") == "native"
+                        && cfg!(target_endian = "big")),
+            }),
             normalize: req.normalize.or(req.use_activation),
             caller: CallerId {
                 body: req.request_id,
@@ -423,19 +445,49 @@ pub struct EmbeddingResponse {
     pub engine_id: String,
     model: String,
     prompt_tokens: usize,
-    base64: bool,
+    base64: Option<Encoding>,
     pooling: bool,
+}
+
+#[derive(Clone, Copy)]
+enum Dtype {
+    F32,
+    F16,
+    Bf16,
+}
+
+/// How base64 vectors are written (vLLM's `embed_dtype` and `endianness`).
+#[derive(Clone, Copy)]
+struct Encoding {
+    dtype: Dtype,
+    big: bool,
+}
+
+impl Encoding {
+    fn bytes(self, values: &[f32]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(values.len() * 4);
+        for &v in values {
+            match (self.dtype, self.big) {
+                (Dtype::F32, false) => out.extend(v.to_le_bytes()),
+                (Dtype::F32, true) => out.extend(v.to_be_bytes()),
+                (Dtype::F16, false) => out.extend(half::f16::from_f32(v).to_le_bytes()),
+                (Dtype::F16, true) => out.extend(half::f16::from_f32(v).to_be_bytes()),
+                (Dtype::Bf16, false) => out.extend(half::bf16::from_f32(v).to_le_bytes()),
+                (Dtype::Bf16, true) => out.extend(half::bf16::from_f32(v).to_be_bytes()),
+            }
+        }
+        out
+    }
 }
 
 impl EmbeddingResponse {
     /// The body of the worker's vectors, one per input in input order.
     pub fn body(&self, vectors: Vec<Vec<f32>>) -> Vec<u8> {
         let vectors = vectors.into_iter().map(|values| match self.base64 {
-            true => {
-                let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-                Vector::Base64(base64::engine::general_purpose::STANDARD.encode(bytes))
+            Some(enc) => {
+                Vector::Base64(base64::engine::general_purpose::STANDARD.encode(enc.bytes(&values)))
             }
-            false => Vector::Float(values),
+            None => Vector::Float(values),
         });
         let data = match self.pooling {
             false => Data::Embeddings(
