@@ -36,6 +36,22 @@ pub struct AppState {
     pub created: i64,
 }
 
+impl AppState {
+    /// A whole (not streamed) generation answer: the JSON body, with vLLM's ORCA load report
+    /// when the request asked for one.
+    pub async fn answer(
+        &self,
+        headers: &axum::http::HeaderMap,
+        body: serde_json::Value,
+    ) -> axum::response::Response {
+        use axum::response::IntoResponse;
+        let mut response = axum::Json(body).into_response();
+        crate::metrics::attach_orca(&self.metrics, &self.engine_clients, headers, &mut response)
+            .await;
+        response
+    }
+}
+
 /// The core's auth rule for a configuration.
 pub fn auth(config: &ServeConfig) -> Auth {
     Auth::new(

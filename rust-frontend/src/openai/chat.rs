@@ -10,7 +10,7 @@ use super::text_deltas::GenEvent;
 use crate::errors::{ApiError, HttpError};
 use crate::state::AppState;
 use axum::extract::State;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use futures_util::StreamExt;
 use hybridllm_api::chat::{ChatCall, ChatRequest, ChatResponse};
 use hybridllm_api::chat_batch::ChatBatchCall;
@@ -33,15 +33,9 @@ pub async fn handle(
         return Ok(stream_response(state, events, resp));
     }
     let c = collect(events, resp.n as usize, prompt_lens, &state.api.tokenizer).await?;
-    let mut response = axum::Json(resp.body(&state.api.tokenizer, c)).into_response();
-    crate::metrics::attach_orca(
-        &state.metrics,
-        &state.engine_clients,
-        &headers,
-        &mut response,
-    )
-    .await;
-    Ok(response)
+    Ok(state
+        .answer(&headers, resp.body(&state.api.tokenizer, c))
+        .await)
 }
 
 /// POST /v1/chat/completions/batch (vLLM's): every conversation's engine request at once,
@@ -60,15 +54,9 @@ pub async fn handle_batch(
     let prompt_lens = gens.iter().map(|g| g.prompt_ids.len()).collect();
     let events = generate_many(state.clone(), gens).await?;
     let c = collect(events, 1, prompt_lens, &state.api.tokenizer).await?;
-    let mut response = axum::Json(resp.body(&state.api.tokenizer, c)).into_response();
-    crate::metrics::attach_orca(
-        &state.metrics,
-        &state.engine_clients,
-        &headers,
-        &mut response,
-    )
-    .await;
-    Ok(response)
+    Ok(state
+        .answer(&headers, resp.body(&state.api.tokenizer, c))
+        .await)
 }
 
 fn stream_response(

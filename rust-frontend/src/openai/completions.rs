@@ -10,7 +10,7 @@ use super::text_deltas::GenEvent;
 use crate::errors::{ApiError, HttpError};
 use crate::state::AppState;
 use axum::extract::State;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use futures_util::{Stream, StreamExt};
 use hybridllm_api::completions::{CompletionCall, CompletionRequest, CompletionResponse, Prompt};
 use std::sync::Arc;
@@ -37,15 +37,9 @@ pub async fn handle(
     }
     let prompt_lens = resp.prompt_lens.clone();
     let c = collect(events, resp.n, prompt_lens, &state.api.tokenizer).await?;
-    let mut response = axum::Json(resp.body(&state.api.tokenizer, c)).into_response();
-    crate::metrics::attach_orca(
-        &state.metrics,
-        &state.engine_clients,
-        &headers,
-        &mut response,
-    )
-    .await;
-    Ok(response)
+    Ok(state
+        .answer(&headers, resp.body(&state.api.tokenizer, c))
+        .await)
 }
 
 fn stream_response(
