@@ -86,10 +86,9 @@ impl CompletionLogprobs {
                 json!(finite(x.logprob)),
             );
         }
-        if top_n > 0 {
-            // vLLM always lists the sampled token among the alternatives.
-            top.entry(s.clone()).or_insert(json!(finite(t.logprob)));
-        }
+        // vLLM always lists the sampled token among the alternatives (with `logprobs: 0`
+        // too, where it is the only one).
+        top.entry(s.clone()).or_insert(json!(finite(t.logprob)));
         self.top_logprobs.push(if t.logprob.is_nan() {
             Value::Null
         } else {

@@ -1,12 +1,10 @@
 //! The HF `tokenizers` wrapper: encode for prompts, decode for outputs, honouring
-//! `skip_special_tokens` and `spaces_between_special_tokens`.
+//! `skip_special_tokens` (`spaces_between_special_tokens` is read, with no effect: vLLM's).
 use std::collections::HashSet;
 use std::path::Path;
 
 pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
-    /// Added tokens (e.g. `<|im_start|>`): decoded as their own segments, like transformers.
-    added: HashSet<u32>,
     /// Added tokens marked special ([CLS], [SEP], </s>): kept when token ids are truncated.
     special: HashSet<u32>,
 }
@@ -39,17 +37,12 @@ impl Tokenizer {
         inner.with_padding(None);
         let _ = inner.with_truncation(None);
         let decoder = inner.get_added_tokens_decoder();
-        let added = decoder.keys().copied().collect();
         let special = decoder
             .iter()
             .filter(|(_, t)| t.special)
             .map(|(id, _)| *id)
             .collect();
-        Tokenizer {
-            inner,
-            added,
-            special,
-        }
+        Tokenizer { inner, special }
     }
 
     /// The tokenizer as its tokenizer.json holds it.
@@ -115,38 +108,14 @@ impl Tokenizer {
         self.inner.get_vocab_size(true)
     }
 
-    /// Decodes ids. With special tokens kept and `spaces_between_special_tokens`, added tokens
-    /// are separated from neighbouring text by a space (transformers' slow-tokenizer rule);
-    /// otherwise this is exactly `tokenizers`' decode.
+    /// Decodes ids: exactly `tokenizers`' decode. `spaces_between_special_tokens` has no
+    /// effect, as in vLLM with a fast tokenizer (its detokenizer, `tokenizers`' own
+    /// DecodeStream, writes special tokens with no spaces added; only transformers' slow
+    /// tokenizers add them).
     pub fn decode(&self, ids: &[u32], o: DecodeOpts) -> Result<String, String> {
-        let plain = |ids: &[u32]| {
-            self.inner
-                .decode(ids, o.skip_special_tokens)
-                .map_err(|e| format!("detokenization failed: {e}"))
-        };
-        if o.skip_special_tokens
-            || !o.spaces_between_special_tokens
-            || !ids.iter().any(|i| self.added.contains(i))
-        {
-            return plain(ids);
-        }
-        let mut parts: Vec<String> = Vec::new();
-        let mut run: Vec<u32> = Vec::new();
-        for &id in ids {
-            if self.added.contains(&id) {
-                if !run.is_empty() {
-                    parts.push(plain(&run)?);
-                    run.clear();
-                }
-                parts.push(plain(&[id])?);
-            } else {
-                run.push(id);
-            }
-        }
-        if !run.is_empty() {
-            parts.push(plain(&run)?);
-        }
-        Ok(parts.join(" "))
+        self.inner
+            .decode(ids, o.skip_special_tokens)
+            .map_err(|e| format!("detokenization failed: {e}"))
     }
 
     /// One token's string in the vocabulary (byte-level marks and all), "" for an id
