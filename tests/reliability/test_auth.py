@@ -13,7 +13,7 @@ from tests.launch import Server, process_tree, start, stop
 from tests.reliability.conftest import API_KEY, KINDS, MOCK
 from tests.reliability.routes import routes
 
-OPEN = {"/health", "/version", "/"}
+OPEN = {"/health", "/version", "/load", "/"}
 UNAUTHORIZED = {"error": {"message": "Unauthorized: a valid API key is required "
                                      "(Authorization: Bearer <key>).",
                           "type": "AuthenticationError", "param": None, "code": 401}}

@@ -23,7 +23,7 @@ from tests.reliability.routes import routes
 
 EXAMPLES = 20  # per operation and mode: 15 operations x 2 modes x 20 = 600 cases
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
-OPEN = {"/health", "/version", "/"}
+OPEN = {"/health", "/version", "/load", "/"}
 
 
 def test_document_describes_every_route() -> None:
