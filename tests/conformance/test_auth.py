@@ -10,7 +10,8 @@ import pytest
 from tests.conformance.conftest import API_KEY
 from tests.reliability.routes import python_routes, rust_routes
 
-OPEN = {"/health", "/version", "/"}  # "/": the playground page (its calls need the key)
+# "/": the playground page (its calls need the key); "/load": polled by load balancers.
+OPEN = {"/health", "/version", "/load", "/"}
 UNAUTHORIZED = {"error": {"message": "Unauthorized: a valid API key is required "
                                      "(Authorization: Bearer <key>).",
                           "type": "AuthenticationError", "param": None, "code": 401}}

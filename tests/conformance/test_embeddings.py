@@ -187,10 +187,10 @@ ERRORS: list[tuple[str, int, str | Foreign | None]] = [
     ('{"input":"a","cache_salt":""}', 400, "cache_salt must be a non-empty string."),
     ('{"input":"a","priority":2}', 400, "priority is not supported: an embedding step takes "
      "every waiting input in arrival order."),
-    ('{"input":"a","embed_dtype":"float16"}', 400, "embed_dtype is not supported: base64 "
-     'embeddings are float32 ("float32" is served).'),
-    ('{"input":"a","endianness":"big"}', 400, "endianness is not supported: base64 embeddings "
-     'are little-endian ("little" and "native" are served).'),
+    ('{"input":"a","embed_dtype":"fp8_e4m3"}', 400, "embed_dtype must be 'float32', "
+     "'float16' or 'bfloat16', got 'fp8_e4m3'."),
+    ('{"input":"a","endianness":"middle"}', 400, "endianness must be 'native', 'little' or "
+     "'big', got 'middle'."),
     ('{"input":"a","truncation_side":"left"}', 400, "truncation_side is not supported: "
      'truncate_prompt_tokens keeps an input\'s first tokens ("right" is served).'),
 ]
