@@ -172,34 +172,35 @@ pub fn parse_inputs(value: Value, vocab: usize) -> Result<(Vec<Input>, bool), Ap
     Ok((out, listed))
 }
 
+/// `value`, when given, is one of `allowed`; else a 400 naming `field` and the choices.
+fn one_of(field: &str, value: Option<&str>, allowed: &[&str]) -> Result<(), ApiError> {
+    let Some(v) = value.filter(|v| !allowed.contains(v)) else {
+        return Ok(());
+    };
+    let quoted: Vec<String> = allowed.iter().map(|a| format!("'{a}'")).collect();
+    let (last, rest) = quoted.split_last().expect("choices");
+    Err(ApiError::bad_param(
+        field,
+        format!("{field} must be {} or {last}, got '{v}'.", rest.join(", ")),
+    ))
+}
+
 fn check_options(ctx: &ApiContext, req: &EmbeddingRequest) -> Result<(), ApiError> {
-    match req.encoding_format.as_deref() {
-        None | Some("float") | Some("base64") => {}
-        Some(f) => {
-            return Err(ApiError::bad_param(
-                "encoding_format",
-                format!("encoding_format must be 'float' or 'base64', got '{f}'."),
-            ))
-        }
-    }
-    match req.embed_dtype.as_deref() {
-        None | Some("float32" | "float16" | "bfloat16") => {}
-        Some(d) => {
-            return Err(ApiError::bad_param(
-                "embed_dtype",
-                format!("embed_dtype must be 'float32', 'float16' or 'bfloat16', got '{d}'."),
-            ))
-        }
-    }
-    match req.endianness.as_deref() {
-        None | Some("native" | "little" | "big") => {}
-        Some(e) => {
-            return Err(ApiError::bad_param(
-                "endianness",
-                format!("endianness must be 'native', 'little' or 'big', got '{e}'."),
-            ))
-        }
-    }
+    one_of(
+        "encoding_format",
+        req.encoding_format.as_deref(),
+        &["float", "base64"],
+    )?;
+    one_of(
+        "embed_dtype",
+        req.embed_dtype.as_deref(),
+        &["float32", "float16", "bfloat16"],
+    )?;
+    one_of(
+        "endianness",
+        req.endianness.as_deref(),
+        &["native", "little", "big"],
+    )?;
     let hidden = ctx.hidden_size as i64;
     match req.dimensions {
         Some(d) if d != hidden => Err(ApiError::bad_param(
