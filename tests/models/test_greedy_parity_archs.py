@@ -18,21 +18,12 @@ import pytest
 import torch
 
 from hybridllm import LLM, SamplingParams
+from tests.engine.test_greedy_parity import CONFIGS, check_greedy
 from tests.golden.kinds import PROMPTS, prompt_ids
 from tests.models.checkpoints import ARCHS, EOS, make_checkpoint
 
 MAX_TOKENS = 64
 MIN_GAP = 1e-4
-
-CONFIGS = {
-    "default": {},
-    "no_prefix_caching": {"enable_prefix_caching": False},
-    "chunked_small_budget": {"max_num_batched_tokens": 24, "max_num_seqs": 4},
-    "no_chunked_prefill": {"enable_chunked_prefill": False, "max_model_len": 512},
-    # 14 blocks of 16 tokens: the 8 prompts cannot all stay resident for 64 tokens each.
-    "forced_preemption": {"num_gpu_blocks_override": 14, "max_model_len": 128},
-}
-
 
 @pytest.fixture(scope="module", autouse=True)
 def one_thread() -> Iterator[None]:
@@ -75,20 +66,7 @@ def test_greedy_matches_transformers(name: str, checkpoint) -> None:
     folder, expected = checkpoint
     assert [len(t) for t in expected] == [MAX_TOKENS] * len(PROMPTS)
     llm = LLM(model=str(folder), **CONFIGS[name])
-    # min_tokens masks EOS exactly as transformers' min_new_tokens does.
-    params = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, min_tokens=MAX_TOKENS)
-    outputs = llm.generate(PROMPTS, params)
-    got = [o.outputs[0].token_ids for o in outputs]
-    assert [len(g) for g in got] == [MAX_TOKENS] * len(PROMPTS)
-    assert got == expected
-    if name == "forced_preemption":
-        assert llm.engine.scheduler.num_preemptions > 0
-    if name == "default":
-        # Same prompts again: every full prompt block is a prefix-cache hit now.
-        again = llm.generate(PROMPTS, params)
-        assert [o.outputs[0].token_ids for o in again] == expected
-        hits = [o.num_cached_tokens for o in again]
-        assert hits == [(len(o.prompt_token_ids) - 1) // 16 * 16 for o in again]
+    outputs = check_greedy(llm, name, expected, MAX_TOKENS)
     # Those prompts are shorter than a block, so the hits above are none. Prompt + the first
     # 48 generated tokens (51 to 58 tokens) must go on as the reference does; with prefix
     # caching on, from the blocks the generation filled.
