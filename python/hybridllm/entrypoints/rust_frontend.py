@@ -130,8 +130,8 @@ def add_frontend_args(parser: argparse.ArgumentParser) -> None:
         help="usage.prompt_tokens_details.cached_tokens: the prompt tokens found in the prefix "
              "cache (null when none or without this flag, as vLLM's).")
     add("--enable-server-load-tracking", action="store_true",
-        help="GET /load answers the number of generation and embedding requests in flight "
-             "(0 without this flag, as vLLM's).")
+        help="GET /load answers the number of generation requests in flight (0 without this "
+             "flag, as vLLM's).")
     add("--metrics-prefix", default="hybridllm",
         help="/metrics families are named <prefix>:... ('vllm': the names dashboards and "
              "autoscalers written for vLLM read).")
