@@ -47,6 +47,11 @@ pub fn table() -> Vec<Route> {
         route(Method::POST, "/pooling", post(openai::embeddings::pooling)),
         route(
             Method::POST,
+            "/inference/v1/generate",
+            post(openai::completions::tokens),
+        ),
+        route(
+            Method::POST,
             "/invocations",
             post(openai::invocations::handle),
         ),

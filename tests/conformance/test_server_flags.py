@@ -3,7 +3,7 @@ frontends: `--enable-force-include-usage` ends every stream with its usage, aske
 as vLLM's flag does (`continuous_usage_stats` then follows the request's stream_options);
 `--enable-prompt-tokens-details` (usage's cached tokens), `--enable-server-load-tracking`
 (GET /load), `--metrics-prefix`, ORCA `endpoint-load-metrics` headers and
-`return_token_ids`."""
+`return_token_ids`, and `/inference/v1/generate` (tokens in, tokens out)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conformance.conftest import parse_sse
+from tests.conformance.conftest import MAX_MODEL_LEN, parse_sse
 from tests.launch import Server, both_frontends
 
 # Without --enable-prompt-tokens-details (the conformance servers have it).
@@ -185,6 +185,64 @@ def test_return_token_ids(servers: dict[str, Server]) -> None:
         assert r.status_code == 400 and r.json()["error"]["param"] == "return_token_ids", mode
     for path, got in answers.items():
         assert all(g == got[0] for g in got), path  # every frontend alike
+
+
+def test_generate_tokens_in_tokens_out(servers: dict[str, Server]) -> None:
+    """POST /inference/v1/generate (vLLM's GenerateRequest/GenerateResponse): token ids in,
+    token ids out, the same tokens a completion of that id prompt gives; logprobs in the chat
+    shape with tokens named `token_id:<id>` (the sampled token first in `top_logprobs`);
+    streamed, the chunks' ids join to the whole answer's; refusals name the field."""
+    answers = []
+    for mode, s in servers.items():
+        ids = s.post("/tokenize", {"prompt": "The capital of France is"}).json()["tokens"]
+        sp = {"max_tokens": 6, "temperature": 0, "ignore_eos": True}
+        completion = s.post("/v1/completions", {"prompt": ids, **sp,
+                                                "return_token_ids": True}).json()
+        want = completion["choices"][0]["token_ids"]
+        r = s.post("/inference/v1/generate", {"token_ids": ids, "sampling_params": sp,
+                                              "request_id": "abc"})
+        assert r.status_code == 200, (mode, r.text)
+        body = r.json()
+        assert body == {"request_id": "generate-tokens-abc", "prompt_logprobs": None,
+                        "kv_transfer_params": None,
+                        "choices": [{"index": 0, "logprobs": None, "finish_reason": "length",
+                                     "token_ids": want}]}, mode
+        lp = s.post("/inference/v1/generate", {"token_ids": ids,
+                                               "sampling_params": {**sp, "logprobs": 2}}).json()
+        content = lp["choices"][0]["logprobs"]["content"]
+        assert [c["token"] for c in content] == [f"token_id:{t}" for t in want], mode
+        for c in content:
+            tops = c["top_logprobs"]
+            assert len(tops) == 2 and tops[0] == {"token": c["token"], "logprob": c["logprob"],
+                                                  "bytes": None}, mode
+            assert c["bytes"] is None and c["logprob"] <= 0, mode
+        chunks = parse_sse(s.post("/inference/v1/generate", {
+            "token_ids": ids, "sampling_params": sp, "stream": True,
+            "stream_options": {"include_usage": True}}).content)
+        assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 6
+        joined = [t for c in chunks[:-1] for t in c["choices"][0]["token_ids"]]
+        assert joined == want, mode
+        assert chunks[-2]["choices"][0]["finish_reason"] == "length", mode
+        assert all(set(c) == {"request_id", "choices"} for c in chunks[:-1]), mode
+        # Unset max_tokens: the rest of the context (vLLM's generate default), not 16.
+        long = (ids * MAX_MODEL_LEN)[:MAX_MODEL_LEN - 20]
+        free = s.post("/inference/v1/generate", {"token_ids": long, "sampling_params": {
+            "temperature": 0, "ignore_eos": True}}).json()
+        assert len(free["choices"][0]["token_ids"]) == 20, mode
+        for bad, param in [({"sampling_params": sp}, "token_ids"),
+                           ({"token_ids": ids}, "sampling_params"),
+                           ({"token_ids": [], "sampling_params": sp}, "token_ids"),
+                           ({"token_ids": ids, "sampling_params": {"top_p": 2}},
+                            "sampling_params.top_p"),
+                           ({"token_ids": ids, "sampling_params": {"output_kind": 2}},
+                            "sampling_params.output_kind"),
+                           ({"token_ids": ids, "sampling_params": sp,
+                             "kv_transfer_params": {"do_remote_prefill": True}},
+                            "kv_transfer_params")]:
+            r = s.post("/inference/v1/generate", bad)
+            assert r.status_code == 400 and r.json()["error"]["param"] == param, (mode, bad)
+        answers.append(body["choices"][0]["token_ids"])
+    assert all(a == answers[0] for a in answers)
 
 
 def test_metrics_prefix_names_every_family(forced: dict[str, Server]) -> None:

@@ -5,12 +5,13 @@ use crate::aggregate::Collected;
 use crate::beam_search::beam_params;
 use crate::context::ApiContext;
 use crate::errors::ApiError;
+use crate::generate_tokens::{self, TokensOut};
 use crate::logprobs::CompletionLogprobs;
 use crate::request::{field_error, FieldError, RequestBody, StreamOptions, Unhonoured};
 use crate::sse::ChunkHead;
 use crate::structured::ConstraintFields;
 use crate::text::tokenizer::{DecodeOpts, Tokenizer};
-use crate::text_deltas::GenEvent;
+use crate::text_deltas::{GenEvent, SeqOutput};
 use crate::usage::{now, CallerId, CompletionUsage, Usage};
 use crate::validation::{
     fit_max_tokens, unset_max_tokens, Bound, Constrained, GenParams, GenRequest, SamplingRequest,
@@ -18,7 +19,7 @@ use crate::validation::{
 };
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{json, Value};
 use utoipa::ToSchema;
 
 /// OpenAI's completion request with vLLM's extensions.
@@ -110,6 +111,9 @@ pub struct CompletionCall {
     include_usage: bool,
     continuous_usage: bool,
     caller: CallerId,
+    /// `/inference/v1/generate`: written as vLLM's tokens-out response (generate_tokens.rs),
+    /// and an unset max_tokens is what is left of the context.
+    tokens_out: bool,
 }
 
 impl Constrained for CompletionCall {
@@ -156,7 +160,13 @@ impl CompletionCall {
                 body: req.sampling.request_id.clone(),
                 header: None,
             },
+            tokens_out: false,
         })
+    }
+
+    /// Makes this the call of a `/inference/v1/generate` request (generate_tokens.rs).
+    pub fn tokens_out(&mut self) {
+        self.tokens_out = true;
     }
 
     /// The request's `X-Request-Id` header (it wins over the body's `request_id`).
@@ -167,13 +177,32 @@ impl CompletionCall {
     /// One engine request per prompt, from each prompt's ids (`self.prompts` in order, the
     /// text ones tokenized), and the response to build from their events.
     pub fn plan(
+        self,
+        ctx: &ApiContext,
+        ids: Vec<Vec<u32>>,
+    ) -> Result<(Vec<GenRequest>, CompletionResponse), ApiError> {
+        match self.tokens_out {
+            true => self
+                .plan_all(ctx, ids)
+                .map_err(generate_tokens::rename_plan_error),
+            false => self.plan_all(ctx, ids),
+        }
+    }
+
+    fn plan_all(
         mut self,
         ctx: &ApiContext,
         ids: Vec<Vec<u32>>,
     ) -> Result<(Vec<GenRequest>, CompletionResponse), ApiError> {
         self.params.compile_constraint(ctx)?;
-        let unset = unset_max_tokens(Some(DEFAULT_COMPLETION_MAX_TOKENS), ctx.max_tokens_limit);
-        let rid = self.caller.ids("cmpl")?;
+        // vLLM's generate endpoint fills the context when max_tokens is unset.
+        let default = (!self.tokens_out).then_some(DEFAULT_COMPLETION_MAX_TOKENS);
+        let unset = unset_max_tokens(default, ctx.max_tokens_limit);
+        let rid = self.caller.ids(if self.tokens_out {
+            "generate-tokens"
+        } else {
+            "cmpl"
+        })?;
         let id = rid.response;
         let mut gens = vec![];
         let mut echoes = vec![];
@@ -236,6 +265,7 @@ impl CompletionCall {
             tokens_as_ids: self.params.tokens_as_ids,
             echo_logprobs: self.echo_logprobs,
             stream: self.stream,
+            tokens_out: self.tokens_out,
         };
         Ok((gens, resp))
     }
@@ -279,6 +309,8 @@ pub struct CompletionResponse {
     /// Per choice: whether a chunk has carried its prompt's ids yet.
     ids_sent: Vec<bool>,
     usage: Usage,
+    /// Written as `/inference/v1/generate`'s response.
+    tokens_out: bool,
 }
 
 impl CompletionResponse {
@@ -353,6 +385,9 @@ impl CompletionResponse {
         };
         let ci = p * self.n + out.index as usize;
         self.usage.on_choice_output(ci, out.num_tokens);
+        if self.tokens_out {
+            return self.tokens_chunk(p, ci, out);
+        }
         if out.text.is_empty()
             && out.finish.is_none()
             && (out.logprobs.is_empty() || self.logprobs.is_none())
@@ -390,8 +425,35 @@ impl CompletionResponse {
         vec![self.head.frame_running(&choice, prompt, done)]
     }
 
+    /// A tokens-out chunk (vLLM's skips a step without new ids).
+    fn tokens_chunk(&self, p: usize, ci: usize, out: &SeqOutput) -> Vec<Bytes> {
+        if out.token_ids.is_empty() && out.finish.is_none() {
+            return vec![];
+        }
+        let lp = match self.logprobs {
+            Some(n) => json!({"content": generate_tokens::logprobs_content(&out.logprobs, n)}),
+            None => Value::Null,
+        };
+        let choice = TokensOut::choice(
+            ci,
+            &out.token_ids,
+            lp,
+            out.finish.as_ref().map(|f| f.reason),
+        );
+        let usage = self.head.continuous_usage.then(|| {
+            let (prompt, done) = self.usage.running(p, ci);
+            json!({"prompt_tokens": prompt, "completion_tokens": done, "total_tokens": prompt + done})
+        });
+        vec![TokensOut::chunk(&self.head.id, choice, usage)]
+    }
+
     /// The last chunk: the usage, when asked for.
     pub fn closing(&self) -> Option<Bytes> {
+        if self.tokens_out {
+            return self.head.include_usage.then(|| {
+                TokensOut::usage_chunk(&self.head.id, self.usage.to_json(self.head.prompt_details))
+            });
+        }
         self.head.include_usage.then(|| {
             self.head
                 .usage_frame(&self.usage.to_json(self.head.prompt_details))
@@ -401,6 +463,24 @@ impl CompletionResponse {
     /// The whole (not streamed) response.
     pub fn body(&self, tok: &Tokenizer, c: Collected) -> Value {
         let n = self.n;
+        if self.tokens_out {
+            let choices = c
+                .choices
+                .into_iter()
+                .enumerate()
+                .map(|(i, ch)| {
+                    let lp = match self.logprobs {
+                        Some(n) => {
+                            json!({"content": generate_tokens::logprobs_content(&ch.logprobs, n)})
+                        }
+                        None => Value::Null,
+                    };
+                    TokensOut::choice(i, &ch.token_ids, lp, Some(ch.finish.reason))
+                })
+                .collect();
+            let prompt_lps = c.prompt_logprobs.into_iter().next().unwrap_or(Value::Null);
+            return TokensOut::body(&self.head.id, choices, prompt_lps);
+        }
         let choices: Vec<CompletionChoice> = c
             .choices
             .into_iter()

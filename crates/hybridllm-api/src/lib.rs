@@ -14,6 +14,7 @@ pub mod cors;
 pub mod embeddings;
 pub mod engine_io;
 pub mod errors;
+pub mod generate_tokens;
 pub mod invocations;
 pub mod limits;
 pub mod logprobs;

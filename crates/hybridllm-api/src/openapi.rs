@@ -98,6 +98,13 @@ const OPS: &[Op] = &[
                    embedding model, answered as `pooling` objects",
          body: None, answer: Answer::Json(None),
          answer_says: "A list of pooling objects (`data`: the vector)", errors: GENERATE },
+    Op { method: HttpMethod::Post, path: "/inference/v1/generate", id: "generateTokens",
+         summary: "vLLM's tokens in, tokens out: `token_ids` and `sampling_params` (vLLM's \
+                   SamplingParams fields) in, a GenerateResponse of token ids out",
+         body: None, answer: Answer::JsonOrEvents(None),
+         answer_says: "{request_id, choices: [{index, logprobs, finish_reason, token_ids}], \
+                       prompt_logprobs, kv_transfer_params}, or its chunk events",
+         errors: GENERATE },
     Op { method: HttpMethod::Post, path: "/invocations", id: "invocations",
          summary: "vLLM's SageMaker endpoint: a chat completion (`messages`), a completion \
                    (`prompt`) or embeddings (an embedding model's `input`)",

@@ -811,19 +811,25 @@ struct CompletionCall {
 #[pymethods]
 impl CompletionCall {
     /// `request_id_header`: the request's `X-Request-Id`, if it has one.
+    /// `tokens`: the body is `/inference/v1/generate`'s (vLLM's tokens in, tokens out).
     #[new]
-    #[pyo3(signature = (ctx, body, request_id_header=None))]
+    #[pyo3(signature = (ctx, body, request_id_header=None, tokens=false))]
     fn new(
         py: Python<'_>,
         ctx: &Context,
         body: &[u8],
         request_id_header: Option<String>,
+        tokens: bool,
     ) -> PyResult<Self> {
         let inner = ctx.inner.clone();
         let call = py
             .detach(|| {
-                let req = parse_body::<CompletionRequest>(body)?;
-                let mut call = CoreCompletionCall::new(&inner, req)?;
+                let mut call = match tokens {
+                    true => hybridllm_api::generate_tokens::call(&inner, body)?,
+                    false => {
+                        CoreCompletionCall::new(&inner, parse_body::<CompletionRequest>(body)?)?
+                    }
+                };
                 call.set_request_id_header(request_id_header);
                 call.compile_constraint(&inner)?;
                 Ok(call)

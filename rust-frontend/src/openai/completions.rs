@@ -1,10 +1,12 @@
 //! POST /v1/completions over HTTP: the core's completion call
 //! (`hybridllm_api::completions`), its text prompts tokenized off the runtime when long, one
 //! engine request per prompt, the events streamed as SSE or collected into one body.
+//! `POST /inference/v1/generate` is the same call in vLLM's tokens-in, tokens-out shape
+//! (`hybridllm_api::generate_tokens`).
 use super::aggregate::collect;
 use super::generate::generate_many;
 use super::prompt::{compile_constraint, tokenize};
-use super::request::{request_id_header, JsonBody};
+use super::request::{request_id_header, JsonBody, JsonBytes};
 use super::sse::sse_response;
 use super::text_deltas::GenEvent;
 use crate::errors::{ApiError, HttpError};
@@ -20,7 +22,25 @@ pub async fn handle(
     headers: axum::http::HeaderMap,
     JsonBody(req): JsonBody<CompletionRequest>,
 ) -> Result<Response, HttpError> {
-    let mut call = CompletionCall::new(&state.api, req)?;
+    let call = CompletionCall::new(&state.api, req)?;
+    run(state, headers, call).await
+}
+
+/// POST /inference/v1/generate.
+pub async fn tokens(
+    State(state): State<Arc<AppState>>,
+    headers: axum::http::HeaderMap,
+    JsonBytes(body): JsonBytes,
+) -> Result<Response, HttpError> {
+    let call = hybridllm_api::generate_tokens::call(&state.api, &body)?;
+    run(state, headers, call).await
+}
+
+async fn run(
+    state: Arc<AppState>,
+    headers: axum::http::HeaderMap,
+    mut call: CompletionCall,
+) -> Result<Response, HttpError> {
     call.set_request_id_header(request_id_header(&headers));
     let call = compile_constraint(&state, call).await?;
     let mut ids = Vec::with_capacity(call.prompts.len());
