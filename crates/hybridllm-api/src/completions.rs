@@ -7,7 +7,9 @@ use crate::context::ApiContext;
 use crate::errors::ApiError;
 use crate::generate_tokens::{self, TokensOut};
 use crate::logprobs::CompletionLogprobs;
-use crate::request::{field_error, FieldError, RequestBody, StreamOptions, Unhonoured};
+use crate::request::{
+    field_error, parse_fields, FieldError, RequestBody, StreamOptions, Unhonoured,
+};
 use crate::sse::ChunkHead;
 use crate::structured::ConstraintFields;
 use crate::text::tokenizer::{DecodeOpts, Tokenizer};
@@ -164,9 +166,16 @@ impl CompletionCall {
         })
     }
 
-    /// Makes this the call of a `/inference/v1/generate` request (generate_tokens.rs).
-    pub fn tokens_out(&mut self) {
-        self.tokens_out = true;
+    /// The call of a `/inference/v1/generate` body (vLLM's tokens in, tokens out:
+    /// generate_tokens.rs), validated by the completion's rules, its refusals naming the
+    /// generate request's fields.
+    pub fn tokens(ctx: &ApiContext, body: &[u8]) -> Result<Self, ApiError> {
+        let tokens = generate_tokens::TokensRequest::new(body)?;
+        let rename = |e| tokens.rename(e);
+        let req: CompletionRequest = parse_fields(tokens.fields.clone()).map_err(rename)?;
+        let mut call = CompletionCall::new(ctx, req).map_err(rename)?;
+        call.tokens_out = true;
+        Ok(call)
     }
 
     /// The request's `X-Request-Id` header (it wins over the body's `request_id`).
@@ -562,6 +571,52 @@ pub struct CompletionChoice {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn tokens_err(body: Value) -> (String, Option<String>) {
+        let ctx = crate::context::test_context();
+        match CompletionCall::tokens(&ctx, body.to_string().as_bytes()) {
+            Err(ApiError::BadRequest { message, param }) => (message, param),
+            Err(e) => panic!("{e}"),
+            Ok(_) => panic!("accepted {body}"),
+        }
+    }
+
+    #[test]
+    fn refusals_name_the_generate_fields() {
+        let p = |b: Value| tokens_err(b).1.unwrap();
+        assert_eq!(p(json!({"sampling_params": {}})), "token_ids");
+        assert_eq!(
+            p(json!({"token_ids": [1, -2], "sampling_params": {}})),
+            "token_ids"
+        );
+        assert_eq!(p(json!({"token_ids": [1]})), "sampling_params");
+        assert_eq!(
+            p(json!({"token_ids": [1], "sampling_params": {"temperature": -1}})),
+            "sampling_params.temperature"
+        );
+        assert_eq!(
+            p(json!({"token_ids": [1], "sampling_params": {"output_kind": 1}})),
+            "sampling_params.output_kind"
+        );
+        assert_eq!(
+            p(json!({"token_ids": [1], "sampling_params": {"prompt": "x"}})),
+            "sampling_params.prompt"
+        );
+        assert_eq!(
+            p(json!({"token_ids": [1], "sampling_params": {}, "features": {"a": 1}})),
+            "features"
+        );
+        assert_eq!(
+            p(json!({"token_ids": [1], "sampling_params": {"stop": ["x"], "detokenize": false}})),
+            "sampling_params.stop"
+        );
+        let ctx = crate::context::test_context();
+        let ok = |b: Value| CompletionCall::tokens(&ctx, b.to_string().as_bytes()).is_ok();
+        assert!(ok(
+            json!({"token_ids": [1, 2], "sampling_params": {"max_tokens": 3},
+            "features": null, "kv_transfer_params": null, "other": 1})
+        ));
+    }
 
     #[test]
     fn prompt_forms() {

@@ -6,15 +6,12 @@
 //! request it means (so every sampling rule, limit and error is the completion's, its field
 //! named `sampling_params.<field>`), and the completion's response writes vLLM's
 //! `GenerateResponse` instead (`TokensOut`).
-use crate::context::ApiContext;
 use crate::engine_io::PositionLogprobs;
 use crate::errors::ApiError;
 use crate::logprobs::finite;
-use crate::request::{json_object, parse_fields};
+use crate::request::json_object;
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
-
-use crate::completions::{CompletionCall, CompletionRequest};
 
 /// vLLM's `SamplingParams` fields that mean here what they mean there; any other one is
 /// refused by name (vLLM's `logits_processors`, `extra_args`, `output_kind`, ... have no
@@ -138,36 +135,45 @@ fn completion_fields(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     Ok(out)
 }
 
-/// A completion call for a generate body: validated by the completion's rules, with the
-/// errors naming the generate request's fields.
-pub fn call(ctx: &ApiContext, body: &[u8]) -> Result<CompletionCall, ApiError> {
-    let fields = completion_fields(body)?;
-    let sampling: Vec<String> = fields
-        .keys()
-        .filter(|k| SAMPLING_FIELDS.contains(&k.as_str()))
-        .cloned()
-        .collect();
-    let rename = |e: ApiError| match e {
-        ApiError::BadRequest {
-            message,
-            param: Some(p),
-        } => {
-            let p = match p.as_str() {
-                "prompt" => "token_ids".to_string(),
-                _ if sampling.contains(&p) => format!("sampling_params.{p}"),
-                _ => p,
-            };
+/// A generate body as the completion request it means.
+pub struct TokensRequest {
+    /// The completion request's fields.
+    pub fields: Map<String, Value>,
+    /// The fields that came from `sampling_params`.
+    sampling: Vec<String>,
+}
+
+impl TokensRequest {
+    pub fn new(body: &[u8]) -> Result<Self, ApiError> {
+        let fields = completion_fields(body)?;
+        let sampling = fields
+            .keys()
+            .filter(|k| SAMPLING_FIELDS.contains(&k.as_str()))
+            .cloned()
+            .collect();
+        Ok(TokensRequest { fields, sampling })
+    }
+
+    /// A refusal of the completion request, naming the generate request's field.
+    pub fn rename(&self, e: ApiError) -> ApiError {
+        match e {
             ApiError::BadRequest {
                 message,
                 param: Some(p),
+            } => {
+                let p = match p.as_str() {
+                    "prompt" => "token_ids".to_string(),
+                    _ if self.sampling.contains(&p) => format!("sampling_params.{p}"),
+                    _ => p,
+                };
+                ApiError::BadRequest {
+                    message,
+                    param: Some(p),
+                }
             }
+            e => e,
         }
-        e => e,
-    };
-    let req: CompletionRequest = parse_fields(fields).map_err(rename)?;
-    let mut call = CompletionCall::new(ctx, req).map_err(rename)?;
-    call.tokens_out();
-    Ok(call)
+    }
 }
 
 /// The errors `CompletionCall::plan` gives, named as for a generate request.
@@ -249,54 +255,7 @@ impl TokensOut {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::context::test_context;
     use crate::engine_io::TokenLogprob;
-
-    fn err(body: Value) -> (String, Option<String>) {
-        let ctx = test_context();
-        match call(&ctx, body.to_string().as_bytes()) {
-            Err(ApiError::BadRequest { message, param }) => (message, param),
-            Err(e) => panic!("{e}"),
-            Ok(_) => panic!("accepted {body}"),
-        }
-    }
-
-    #[test]
-    fn refusals_name_the_generate_fields() {
-        let p = |b: Value| err(b).1.unwrap();
-        assert_eq!(p(json!({"sampling_params": {}})), "token_ids");
-        assert_eq!(
-            p(json!({"token_ids": [1, -2], "sampling_params": {}})),
-            "token_ids"
-        );
-        assert_eq!(p(json!({"token_ids": [1]})), "sampling_params");
-        assert_eq!(
-            p(json!({"token_ids": [1], "sampling_params": {"temperature": -1}})),
-            "sampling_params.temperature"
-        );
-        assert_eq!(
-            p(json!({"token_ids": [1], "sampling_params": {"output_kind": 1}})),
-            "sampling_params.output_kind"
-        );
-        assert_eq!(
-            p(json!({"token_ids": [1], "sampling_params": {"prompt": "x"}})),
-            "sampling_params.prompt"
-        );
-        assert_eq!(
-            p(json!({"token_ids": [1], "sampling_params": {}, "features": {"a": 1}})),
-            "features"
-        );
-        assert_eq!(
-            p(json!({"token_ids": [1], "sampling_params": {"stop": ["x"], "detokenize": false}})),
-            "sampling_params.stop"
-        );
-        let ctx = test_context();
-        let ok = |b: Value| call(&ctx, b.to_string().as_bytes()).is_ok();
-        assert!(ok(
-            json!({"token_ids": [1, 2], "sampling_params": {"max_tokens": 3},
-            "features": null, "kv_transfer_params": null, "other": 1})
-        ));
-    }
 
     #[test]
     fn logprobs_list_the_sampled_token_first() {

@@ -825,7 +825,7 @@ impl CompletionCall {
         let call = py
             .detach(|| {
                 let mut call = match tokens {
-                    true => hybridllm_api::generate_tokens::call(&inner, body)?,
+                    true => CoreCompletionCall::tokens(&inner, body)?,
                     false => {
                         CoreCompletionCall::new(&inner, parse_body::<CompletionRequest>(body)?)?
                     }

@@ -32,7 +32,7 @@ pub async fn tokens(
     headers: axum::http::HeaderMap,
     JsonBytes(body): JsonBytes,
 ) -> Result<Response, HttpError> {
-    let call = hybridllm_api::generate_tokens::call(&state.api, &body)?;
+    let call = CompletionCall::tokens(&state.api, &body)?;
     run(state, headers, call).await
 }
 
