@@ -62,3 +62,22 @@ def test_prefix_hit_stops_where_window_blocks_are_gone() -> None:
     assert all(kv.window_of[b] >= 0 for b in hits[start:])
     assert kv.allocate(again, 10 * BS + 1 - len(hits) * BS, hits)
     assert kv.num_held_window_blocks <= 8
+
+
+def test_fork_shares_window_blocks_and_recomputes_the_partial_one() -> None:
+    pool = WindowPool(2 * BS, 16, layers=(0,))
+    kv = KVCacheManager(32, BS, False, pool)
+    parent = make_seq(range(5 * BS + 3), rid="p")
+    _grow(kv, parent, 5 * BS + 3)
+    _grow(kv, parent, 0)
+    child = make_seq(range(5 * BS + 3), rid="c")
+    assert kv.fork(parent, child) is None  # no copy: the child recomputes its 3 tokens
+    assert child.num_computed_tokens == 5 * BS
+    assert child.block_table == parent.block_table[:5]
+    assert child.window_block_table == parent.window_block_table[:5]
+    held = kv.num_held_window_blocks
+    _grow(kv, child, 3)
+    assert kv.num_held_window_blocks == held + 1  # only its own last block is new
+    kv.free(parent)
+    kv.free(child)
+    assert kv.num_held_window_blocks == 0 and kv.num_free_blocks == 32
