@@ -81,6 +81,10 @@ class Sequence:
         self.num_computed_tokens = 0
         self.num_cached_tokens = 0  # prefix-cache hit tokens at first scheduling
         self.block_table: list[int] = []
+        # Sliding-window layers' own pool (KVCacheManager's WindowPool): their block table,
+        # and the first of its blocks whose window block this sequence still holds.
+        self.window_block_table: list[int] = []
+        self.window_start = 0
         self.num_published_blocks = 0  # leading blocks whose prefix hashes are published
         self.block_hashes: list[bytes] = []  # hashes of this sequence's full blocks, in order
         # The parent of its first block's hash: b"", or a hash of its cache_salt (32 bytes

@@ -44,6 +44,17 @@ class SchedulerOutput:
         return sum(self.num_new_tokens)
 
 
+@dataclass(frozen=True)
+class WindowPool:
+    """The sliding-window layers' own KV pool (executor/kv_cache.py sizes it, the core's
+    KVCacheManager hands out its blocks): `num_blocks` blocks for the `layers`, whose widest
+    window is `window` (a query at p sees keys p - window + 1 .. p)."""
+
+    window: int
+    num_blocks: int
+    layers: tuple[int, ...]
+
+
 @dataclass
 class AttentionMetadata:
     """A flat batch of T query tokens from B sequences, grouped by sequence in order.
@@ -64,6 +75,9 @@ class AttentionMetadata:
     seq_lens_host: list[int]
     # Per-step work a backend derives once and reuses in every layer (index plans, masks).
     backend_state: dict[str, Any] = field(default_factory=dict)
+    # With a WindowPool: the same batch on the windowed layers' pool (their slots and block
+    # tables), which those layers use instead.
+    windowed: AttentionMetadata | None = None
 
     @property
     def num_seqs(self) -> int:

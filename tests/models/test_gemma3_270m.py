@@ -115,3 +115,15 @@ def test_perplexity_past_the_window(llm: LLM, hf) -> None:
     ppl, reference, n = _perplexities(llm, hf, " ".join([TEXT] * 6))
     assert n > 600
     assert ppl == pytest.approx(reference, rel=1e-3)
+
+
+def test_window_pool_past_the_window(hf) -> None:
+    """With few sequences the local layers' KV gets its own pool (core/kv_cache_manager.py's
+    WindowPool), and blocks before the window are let go as the sequence grows: perplexity
+    past the window and greedy tokens are still transformers'."""
+    small = LLM(model=GEMMA3_MODEL, dtype="float32", max_model_len=1024, max_num_seqs=2,
+                max_num_batched_tokens=256)
+    assert small.engine.kv.window_pool is not None
+    ppl, reference, n = _perplexities(small, hf, " ".join([TEXT] * 6))
+    assert n > 600
+    assert ppl == pytest.approx(reference, rel=1e-3)

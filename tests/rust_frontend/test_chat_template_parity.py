@@ -1,14 +1,18 @@
-"""Every template in ../shared/chat_templates must render byte-identically in the Rust
-frontend (minijinja) and in transformers' apply_chat_template (Jinja2)."""
+"""Every template in ../shared/chat_templates, and those the conversion writes for bundled
+models whose GGUF has none (models/chat_templates.py: Gemma 3's), must render byte-identically
+in the Rust frontend (minijinja) and in transformers' apply_chat_template (Jinja2)."""
 
 import json
 from pathlib import Path
 
 import pytest
 
+from hybridllm.models.chat_templates import GEMMA3_CHAT_TEMPLATE
+
 REPO = Path(__file__).resolve().parents[2]
 
 TEMPLATES = REPO.parent / "shared" / "chat_templates"
+BUNDLED = {"bundled:gemma3.jinja": GEMMA3_CHAT_TEMPLATE}
 BROKEN = {"template_vicuna.jinja"}  # has a Jinja syntax error: both sides must refuse it
 
 TOOLS = [
@@ -82,8 +86,9 @@ CONVERSATIONS = {
 
 def _templates():
     if not TEMPLATES.is_dir():
-        return [pytest.param(None, marks=pytest.mark.skip(reason=f"{TEMPLATES} is absent"))]
-    return sorted(p.name for p in TEMPLATES.glob("*.jinja"))
+        return [*BUNDLED,
+                pytest.param(None, marks=pytest.mark.skip(reason=f"{TEMPLATES} is absent"))]
+    return [*BUNDLED, *sorted(p.name for p in TEMPLATES.glob("*.jinja"))]
 
 
 @pytest.fixture(scope="module")
@@ -110,8 +115,12 @@ def _hf_render(tok, text, case):
 
 
 @pytest.mark.parametrize("name", _templates())
-def test_template_parity(name, run_text, hf_tok):
-    path = TEMPLATES / name
+def test_template_parity(name, run_text, hf_tok, tmp_path):
+    if name in BUNDLED:
+        path = tmp_path / name.split(":")[1]
+        path.write_text(BUNDLED[name])
+    else:
+        path = TEMPLATES / name
     text = path.read_bytes().decode("utf-8")  # keep CRLF files as stored
     if name in BROKEN:
         import jinja2

@@ -63,7 +63,8 @@ class LLMEngine:
             sampler = build_sampler(config.model, config.args.seed, config.device)
             self.runner = _build_runner(config, sampler)
         self.kv = KVCacheManager(
-            self.runner.num_blocks, config.args.block_size, config.args.enable_prefix_caching
+            self.runner.num_blocks, config.args.block_size, config.args.enable_prefix_caching,
+            self.runner.window_pool,
         )
         self.scheduler = Scheduler(config.scheduler, self.kv)
         self.output_processor = OutputProcessor(self.tokenizer, detokenize)

@@ -40,12 +40,18 @@ class PreparedBatch:
     sample_seqs: list[Sequence]
     # Prompt-logprob work: (sequence, first prompt position, flat rows) per chunk.
     prompt_lp: list[tuple[Sequence, int, list[int]]]
+    # With a WindowPool: the windowed layers' slots and block tables.
+    window_slot_mapping: np.ndarray | None = None
+    window_block_tables: np.ndarray | None = None
 
 
 class InputBatch:
     def __init__(self, max_num_seqs: int, max_blocks_per_seq: int, block_size: int) -> None:
         self.block_size = block_size
         self.block_table = np.zeros((max_num_seqs, max_blocks_per_seq), dtype=np.int32)
+        # seq.window_block_table's rows (kept in step with block_table), when `windowed`.
+        self.windowed = False
+        self.window_table = np.zeros_like(self.block_table)
         self.num_blocks = np.zeros(max_num_seqs, dtype=np.int64)  # for vector ops
         self._num_blocks = [0] * max_num_seqs  # the same, for per-row checks
         self.row_of: dict[int, int] = {}  # seq_id -> row
@@ -68,7 +74,7 @@ class InputBatch:
         for seq, row in zip(seqs, self._last_rows_l):
             table = seq.block_table
             if table is not tables[row] or len(table) != num_blocks[row]:
-                self._write_row(row, table)
+                self._write_row(row, table, seq.window_block_table)
         return rows
 
     def _remap(self, seqs: list[Sequence]) -> None:
@@ -77,6 +83,7 @@ class InputBatch:
             row = self.row_of.pop(seq_id)
             self._tables[row] = None
             self.block_table[row, : self._num_blocks[row]] = 0  # a free row is all zeros
+            self.window_table[row, : self._num_blocks[row]] = 0
             self.num_blocks[row] = self._num_blocks[row] = 0
             self._free_rows.append(row)
         row_of = self.row_of
@@ -100,20 +107,26 @@ class InputBatch:
         table = np.zeros((rows, cols), dtype=np.int32)
         table[:old_rows, :old_cols] = self.block_table
         self.block_table = table
+        window = np.zeros((rows, cols), dtype=np.int32)
+        window[:old_rows, :old_cols] = self.window_table
+        self.window_table = window
         self.num_blocks = np.concatenate([self.num_blocks, np.zeros(rows - old_rows, np.int64)])
         self._num_blocks += [0] * (rows - old_rows)
         self._tables += [None] * (rows - old_rows)
         self._free_rows[:0] = range(rows - 1, old_rows - 1, -1)
 
-    def _write_row(self, row: int, table: list[int]) -> None:
+    def _write_row(self, row: int, table: list[int], window: list[int]) -> None:
         n, old = len(table), self._num_blocks[row]
         if table is not self._tables[row]:  # a new table (joined, or recomputed): whole row
             self.block_table[row, n:old] = 0  # as a fresh build pads it
+            self.window_table[row, n:old] = 0
             old = 0
         if n > self.block_table.shape[1]:
             self._grow(cols=max(n, 2 * self.block_table.shape[1]))
         if n > old:
             self.block_table[row, old:n] = table[old:]
+            if self.windowed:
+                self.window_table[row, old:n] = window[old:]
         self._tables[row] = table
         self.num_blocks[row] = self._num_blocks[row] = n
 
@@ -143,8 +156,14 @@ class InputBatch:
             token_rows, max_q = rows[owner], max(q_lens)
         bs = self.block_size
         slots = self.block_table[token_rows, positions // bs].astype(np.int64) * bs
-        slots += positions % bs
+        offsets = positions % bs
+        slots += offsets
         width = int(self.num_blocks[rows].max())
+        window_slots = window_tables = None
+        if self.windowed:
+            window_slots = self.window_table[token_rows, positions // bs].astype(np.int64) * bs
+            window_slots += offsets
+            window_tables = self.window_table[rows, :width]
         if sched.every_chunk_ends:
             sample_rows, sample_seqs = (cu[1:] - 1).tolist(), seqs
         else:
@@ -169,6 +188,8 @@ class InputBatch:
             # A row at a sequence's last token predicts no prompt token.
             prompt_lp=[] if max_q == 1 and sched.every_chunk_ends
             else _prompt_logprob_work(seqs, starts_l, q_lens, cu),
+            window_slot_mapping=window_slots,
+            window_block_tables=window_tables,
         )
 
 

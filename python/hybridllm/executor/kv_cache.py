@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import itertools
+import os
 
 import torch
 
 from hybridllm.attention import AttentionBackend
 from hybridllm.config import EngineConfig, cpu_default_kv_cache_bytes
 from hybridllm.models.interfaces import CausalLM
-from hybridllm.step_types import AttentionMetadata
+from hybridllm.step_types import AttentionMetadata, WindowPool
+
+# Set: every layer's KV in the one pool, sliding-window layers' too (no WindowPool).
+DISABLE_WINDOW_POOL_ENV = "HYBRIDLLM_DISABLE_WINDOW_KV"
 
 
 def kv_heads_per_rank(config: EngineConfig) -> int:
@@ -71,12 +75,49 @@ def num_kv_blocks(config: EngineConfig, peak_bytes: int | None = None) -> int:
     return blocks
 
 
-def allocate_kv_caches(config: EngineConfig, num_blocks: int) -> list[torch.Tensor]:
+def plan_window_pool(config: EngineConfig, num_blocks: int) -> tuple[int, WindowPool | None]:
+    """Split the memory of `num_blocks` blocks (every layer's KV in one pool) between the
+    full-attention layers' pool and the sliding-window layers' own (WindowPool): the latter
+    holds each of max_num_seqs sequences' window plus a partial block, and one step's new
+    tokens, so it never runs out before the main pool does; what it spares goes to more main
+    blocks. Returns (main blocks, pool), or (num_blocks, None) where nothing is spared: no
+    windowed layer, a window as long as max_model_len, or a pool as large as the main one.
+    With no full-attention layer (Mistral), the main pool holds no tensor: only block ids."""
     m = config.model
-    shape = (2, num_blocks, config.args.block_size, kv_heads_per_rank(config), m.head_dim)
+    windows = [m.layer_window(i) for i in range(m.num_hidden_layers)]
+    layers = tuple(i for i, w in enumerate(windows) if w is not None)
+    if not layers or os.environ.get(DISABLE_WINDOW_POOL_ENV):
+        return num_blocks, None
+    window = max(w for w in windows if w is not None)
+    if window >= config.max_model_len:
+        return num_blocks, None
+    bs, sched = config.args.block_size, config.scheduler
+    num_window = (sched.max_num_seqs * ((window - 1) // bs + 2)
+                  + -(-sched.max_num_batched_tokens // bs))
+    num_global = m.num_hidden_layers - len(layers)
+    if num_global == 0:
+        pool = WindowPool(window, num_blocks, layers)
+        return max(num_blocks, sched.max_num_seqs * -(-config.max_model_len // bs)), pool
+    if num_window >= num_blocks:
+        return num_blocks, None
+    main = (num_blocks * m.num_hidden_layers - len(layers) * num_window) // num_global
+    return main, WindowPool(window, num_window, layers)
+
+
+def allocate_kv_caches(config: EngineConfig, num_blocks: int,
+                       window_pool: WindowPool | None = None) -> list[torch.Tensor]:
+    """One [2, blocks, block_size, kv heads, head dim] tensor per layer: the windowed
+    layers' with the pool's blocks, the others' with num_blocks."""
+    m = config.model
+    windowed = set(window_pool.layers) if window_pool is not None else set()
+
+    def shape(layer: int) -> tuple[int, ...]:
+        blocks = window_pool.num_blocks if window_pool and layer in windowed else num_blocks
+        return (2, blocks, config.args.block_size, kv_heads_per_rank(config), m.head_dim)
+
     return [
-        torch.zeros(shape, dtype=config.dtype, device=config.device)
-        for _ in range(m.num_hidden_layers)
+        torch.zeros(shape(i), dtype=config.dtype, device=config.device)
+        for i in range(m.num_hidden_layers)
     ]
 
 

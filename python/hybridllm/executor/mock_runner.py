@@ -22,6 +22,7 @@ from hybridllm.step_types import (
     SchedulerOutput,
     StepResult,
     TokenBitmask,
+    WindowPool,
     reaches_end,
 )
 from hybridllm.structured.masks import GrammarMasks
@@ -46,6 +47,7 @@ class MockModelRunner:
         self.config = config
         self.step_s = config.args.mock_step_ms / 1000.0
         self.num_blocks = num_kv_blocks(config)
+        self.window_pool: WindowPool | None = None
         self.grammar_masks = GrammarMasks(config.model.vocab_size, pin_memory=False)
 
     def execute(

@@ -36,6 +36,7 @@ from hybridllm.executor.kv_cache import (
     allocate_kv_caches,
     needs_profile,
     num_kv_blocks,
+    plan_window_pool,
     profile_peak_bytes,
 )
 from hybridllm.models import cpu_linear
@@ -49,6 +50,7 @@ from hybridllm.step_types import (
     SchedulerOutput,
     StepResult,
     TokenSampler,
+    WindowPool,
     top_logprobs,
 )
 from hybridllm.structured.masks import GrammarMasks
@@ -107,7 +109,10 @@ class ModelRunner:
             peak = profile_peak_bytes(config, self.model, self.backend)
         # Every rank's cache must hold the same blocks (CUDA profiling may differ by rank).
         self.num_blocks = self.tp.min_over_ranks(num_kv_blocks(config, peak))
-        self.kv_caches = allocate_kv_caches(config, self.num_blocks)
+        if not self._graphs_wanted():  # a decode graph captures one pool's block tables
+            self.num_blocks, self.window_pool = plan_window_pool(config, self.num_blocks)
+            self.input_batch.windowed = self.window_pool is not None
+        self.kv_caches = allocate_kv_caches(config, self.num_blocks, self.window_pool)
         self.graphs = self._capture_graphs()
 
     def _init_host(self, config: EngineConfig, sampler: TokenSampler | None) -> None:
@@ -118,22 +123,26 @@ class ModelRunner:
         self.sampler = sampler
         self.grammar_masks = GrammarMasks(config.model.vocab_size, self.device.type == "cuda")
         self.tp: TensorParallelGroup = SINGLE
+        self.window_pool: WindowPool | None = None
         self.input_batch = InputBatch(
             config.scheduler.max_num_seqs, -(-config.max_model_len // self.block_size),
             self.block_size,
         )
 
-    def _capture_graphs(self) -> DecodeGraphs | None:
+    def _graphs_wanted(self) -> bool:
         """Decode graphs on CUDA with the Triton backend (the torch backend plans from host
         values each step, so it cannot be replayed), unless --enforce-eager. Not under tensor
         parallelism: its all-reduces are not captured."""
-        config = self.config
-        if (
+        return not (
             self.device.type != "cuda"
             or self.backend.name != "triton"
-            or config.args.enforce_eager
+            or self.config.args.enforce_eager
             or self.tp.world_size > 1
-        ):
+        )
+
+    def _capture_graphs(self) -> DecodeGraphs | None:
+        config = self.config
+        if not self._graphs_wanted():
             return None
         graphs = DecodeGraphs(
             self.model, self.backend, self.kv_caches,
@@ -170,6 +179,12 @@ class ModelRunner:
             query_lens_host=host.query_lens,
             seq_lens_host=host.seq_lens_host,
         )
+        if host.window_slot_mapping is not None and host.window_block_tables is not None:
+            meta.windowed = dataclasses.replace(
+                meta, slot_mapping=self._to_device(host.window_slot_mapping, torch.int64),
+                block_tables=self._to_device(host.window_block_tables, torch.int32),
+                backend_state={},
+            )
         return ModelInputs(
             input_ids=self._to_device(host.input_ids, torch.int64),
             positions=self._to_device(host.positions, torch.int64),

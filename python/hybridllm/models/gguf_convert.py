@@ -9,7 +9,8 @@ Gemma 3 (general.architecture gemma3): its own tensor names; no RoPE permutation
 runs Gemma with rotate-half RoPE); and every norm weight is stored as the gain 1 + w, where
 Hugging Face checkpoints hold w, so 1 is subtracted (checked on the bundled 270M: with the
 subtraction perplexity on plain English is ~9, without it ~10^8). Its GGUF carries no chat
-template, so Gemma's turn template (GEMMA_CHAT_TEMPLATE) is written.
+template, so Google's published Gemma 3 template (chat_templates.GEMMA3_CHAT_TEMPLATE) is
+written.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from gguf import GGUFReader
 from gguf.quants import dequantize
 from safetensors.torch import save_file
 from tqdm import tqdm
+
+from hybridllm.models.chat_templates import GEMMA3_CHAT_TEMPLATE, GEMMA_END_OF_TURN
 
 # GGUF tensor name (with the layer index as {i}) -> Hugging Face Llama parameter name.
 _NAME_MAP = {
@@ -55,25 +58,6 @@ _GEMMA3_NAME_MAP = {
     "blk.{i}.attn_k_norm.weight": "model.layers.{i}.self_attn.k_norm.weight",
 }
 
-# Gemma's turns: the system message (Gemma has no system role) opens the first user turn;
-# the assistant's role is "model"; generation continues an open model turn.
-GEMMA_CHAT_TEMPLATE = (
-    "{{ bos_token }}"
-    "{%- set ns = namespace(prefix='') -%}"
-    "{%- for message in messages -%}"
-    "{%- if message['role'] == 'system' -%}"
-    "{%- set ns.prefix = message['content'] + '\n\n' -%}"
-    "{%- else -%}"
-    "{%- set role = 'model' if message['role'] == 'assistant' else message['role'] -%}"
-    "{{ '<start_of_turn>' + role + '\n' + ns.prefix + message['content'] | trim"
-    " + '<end_of_turn>\n' }}"
-    "{%- set ns.prefix = '' -%}"
-    "{%- endif -%}"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}"
-)
-# <end_of_turn> in Gemma 3's vocabulary: a chat answer ends there, text at <eos> (1).
-GEMMA_END_OF_TURN = 106
 
 
 def hf_name(gguf_name: str, name_map: dict[str, str] = _NAME_MAP) -> str:
@@ -139,7 +123,7 @@ def convert_gguf(gguf_path: str | os.PathLike[str], out_dir: str | os.PathLike[s
     if gemma:
         config.architectures = ["Gemma3ForCausalLM"]
         if not tokenizer.chat_template:
-            tokenizer.chat_template = GEMMA_CHAT_TEMPLATE
+            tokenizer.chat_template = GEMMA3_CHAT_TEMPLATE
         eos = [eos, GEMMA_END_OF_TURN]
 
     # Write into a temporary sibling and rename, so an interrupted run leaves no half folder.

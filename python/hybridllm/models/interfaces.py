@@ -48,6 +48,10 @@ class DecoderConfig(ModelConfig, Protocol):
     @property
     def eos_token_ids(self) -> tuple[int, ...]: ...
 
+    def layer_window(self, layer: int) -> int | None:
+        """The layer's sliding window (None: full attention)."""
+        ...
+
     def verify(self, max_model_len: int) -> None:
         """Refuse (ValueError) what this engine cannot run at this context length."""
         ...

@@ -86,6 +86,8 @@ class LlamaAttention(nn.Module):
         q, k = ops.rotary_qk(q, k, positions, cos_sin)
         v = v.view(-1, self.num_kv_heads, self.head_dim)
         key_cache, value_cache = kv_cache[0], kv_cache[1]
+        if self.window is not None and meta.windowed is not None:
+            meta = meta.windowed  # this layer's KV is in the windowed layers' own pool
         backend.write_kv(k, v, key_cache, value_cache, meta.slot_mapping)
         out = backend.forward(
             q, key_cache, value_cache, meta, self.scale, key=k, value=v, window=self.window

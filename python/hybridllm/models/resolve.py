@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
 
+from hybridllm.models.chat_templates import GEMMA3_CHAT_TEMPLATE
 from hybridllm.paths import cache_dir
 
 DEFAULT_MODEL = "SmolLM2-135M-Instruct"
@@ -99,4 +102,23 @@ def resolve_model(model: str | None) -> Path:
     folder = cache_dir() / "models" / name
     if not (folder / "model.safetensors").exists():
         _convert_bundled(name, folder)
+    elif name == GEMMA3_MODEL:
+        _refresh_chat_template(folder, GEMMA3_CHAT_TEMPLATE)
     return folder
+
+
+def _refresh_chat_template(folder: Path, template: str) -> None:
+    """Write `template` into a folder converted by an older release (which wrote another
+    one), rather than converting again; both files are replaced atomically (readers may be
+    loading the folder)."""
+    config_path = folder / "tokenizer_config.json"
+    config = json.loads(config_path.read_text())
+    if config.get("chat_template") == template:
+        return
+    config["chat_template"] = template
+    for path, text in ((folder / "chat_template.jinja", template),
+                       (config_path, json.dumps(config, indent=2, ensure_ascii=False))):
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(text)
+        tmp.chmod(0o644)
+        tmp.replace(path)
