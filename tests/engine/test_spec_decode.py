@@ -135,6 +135,30 @@ def test_verification_samples_the_target_distribution(draft: int) -> None:
                          [accepted * float(p1[i]) for i in kept]) > 1e-3
 
 
+def test_penalties_and_min_tokens_at_a_draft_row_see_the_drafts_before_it() -> None:
+    """Row j is processed as if drafts[:j] were output: a frequency penalty on the first
+    draft's token turns row 1's argmax away from a repeat of it (without the drafts in view
+    the repeat would be accepted), and min_tokens stops banning the EOS once the drafts
+    before a row reach it."""
+    vocab, eos = 8, 7
+    logits = torch.zeros(3, vocab)
+    logits[0, 4] = 10.0
+    logits[1, 4], logits[1, 5] = 5.0, 4.0  # 4 wins unless penalized for the draft before
+    logits[2, eos] = 10.0
+    seq = _seq(SamplingParams(temperature=0, frequency_penalty=2.0), [1, 2, 3])
+    seq.spec_token_ids = [4, 4]
+    out = Sampler(vocab, (eos,), seed=0)(logits.clone(), draft_rows([seq]))
+    assert out.token_ids[:2] == [4, 5]
+    assert emitted_rows([seq], out.token_ids) == [(0, 2)]
+    # min_tokens 2: rows 0 and 1 (0 and 1 tokens of output before them) may not end; row 2
+    # (two drafts before it) may.
+    logits[:, eos] = 10.0
+    seq = _seq(SamplingParams(temperature=0, min_tokens=2), [1, 2, 3])
+    seq.spec_token_ids = [4, 5]
+    out = Sampler(vocab, (eos,), seed=0)(logits.clone(), draft_rows([seq]))
+    assert out.token_ids == [4, 4, eos]
+
+
 def test_verification_is_deterministic_per_seed() -> None:
     logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(0))
     runs = []
@@ -228,3 +252,30 @@ def test_stops_inside_an_accepted_run(copy_expected: list[list[int]], model_path
                             use_tqdm=False)
         assert outs[0].outputs[0].token_ids == ref[:max_tokens]
         assert outs[0].outputs[0].finish_reason == "length"
+
+
+def test_penalties_see_the_accepted_tokens(model_path) -> None:
+    """Greedy with penalties, logit_bias and min_tokens through the engine: the tokens equal
+    those without speculation, and drafts were accepted."""
+    # Output-only penalties (a repetition penalty would also punish copying the prompt),
+    # strong enough to change some tokens once the output repeats itself.
+    params = SamplingParams(temperature=0, max_tokens=40, frequency_penalty=1.0,
+                            presence_penalty=0.5, min_tokens=30, logit_bias={13: -1.0})
+    prompts = COPY_PROMPTS[:1]
+    off = LLM(model=str(model_path)).generate(prompts, params, use_tqdm=False)
+    llm = LLM(model=str(model_path), speculative_config=SPEC)
+    on = llm.generate(prompts, params, use_tqdm=False)
+    assert on[0].outputs[0].token_ids == off[0].outputs[0].token_ids
+    assert llm.engine.stats.spec_decode_num_accepted_tokens > 0
+
+
+def test_structured_outputs_do_not_speculate(model_path) -> None:
+    from hybridllm.sampling_params import StructuredOutputsParams
+
+    llm = LLM(model=str(model_path), speculative_config=SPEC)
+    choices = ["yes yes yes yes yes", "no no no no no no no"]
+    params = SamplingParams(temperature=0, max_tokens=24,
+                            structured_outputs=StructuredOutputsParams(choice=choices))
+    out = llm.generate(COPY_PROMPTS[:1], params, use_tqdm=False)[0].outputs[0]
+    assert out.text in choices
+    assert llm.engine.stats.spec_decode_num_drafts == 0
