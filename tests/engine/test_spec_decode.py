@@ -279,3 +279,33 @@ def test_structured_outputs_do_not_speculate(model_path) -> None:
     out = llm.generate(COPY_PROMPTS[:1], params, use_tqdm=False)[0].outputs[0]
     assert out.text in choices
     assert llm.engine.stats.spec_decode_num_drafts == 0
+
+
+def test_beams_beside_speculating_sequences(copy_expected: list[list[int]], model_path) -> None:
+    """A beam group never speculates, and its candidates are read from its own row when a
+    speculating sequence shares the step (its rows shift the sampled rows)."""
+    from hybridllm.sampling_params import BeamSearchParams
+
+    llm = LLM(model=str(model_path), speculative_config=SPEC)
+    engine = llm.engine
+    beam = BeamSearchParams(beam_width=2, max_tokens=12)
+
+    def run(with_copy: bool) -> tuple[list[list[int]], list[int] | None]:
+        rid = f"beam-{with_copy}"
+        if with_copy:  # first: its draft rows come before the beams' rows
+            engine.add_request("copy", COPY_PROMPTS[0], COPY_PARAMS)
+        engine.add_request(rid, "The capital of France is", beam)
+        done = {}
+        while engine.has_unfinished_requests():
+            for out in engine.step():
+                if out.finished:
+                    done[out.request_id] = out
+        copy = done["copy"].outputs[0].token_ids if with_copy else None
+        return [c.token_ids for c in done[rid].outputs], copy
+
+    alone, _ = run(False)
+    before = engine.stats.spec_decode_num_accepted_tokens
+    together, copy = run(True)
+    assert together == alone
+    assert copy == copy_expected[0]
+    assert engine.stats.spec_decode_num_accepted_tokens > before
