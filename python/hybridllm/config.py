@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +52,70 @@ class SchedulerConfig:
     policy: str = "fcfs"
 
 
+SPECULATIVE_METHODS = ("ngram",)
+
+
+@dataclass
+class SpeculativeConfig:
+    """vLLM's --speculative-config, for the one method served here: "ngram" (prompt lookup).
+
+    Each step, a decoding sequence's last n tokens (n from prompt_lookup_max down to
+    prompt_lookup_min) are looked up in its earlier tokens, and the up to
+    num_speculative_tokens tokens that followed the most recent match are verified in one
+    forward pass. vLLM's defaults: both lookup bounds 5 when neither is given, else the one
+    given for both."""
+
+    num_speculative_tokens: int
+    method: str = "ngram"
+    prompt_lookup_max: int | None = None
+    prompt_lookup_min: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.method not in SPECULATIVE_METHODS:
+            raise ValueError(f"speculative_config.method must be one of "
+                             f"{', '.join(map(repr, SPECULATIVE_METHODS))}; got {self.method!r}")
+        k = self.num_speculative_tokens
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError("speculative_config.num_speculative_tokens must be an integer of "
+                             f"at least 1; got {k!r}")
+        if self.prompt_lookup_min is None and self.prompt_lookup_max is None:
+            self.prompt_lookup_min = self.prompt_lookup_max = 5
+        elif self.prompt_lookup_min is None:
+            self.prompt_lookup_min = self.prompt_lookup_max
+        elif self.prompt_lookup_max is None:
+            self.prompt_lookup_max = self.prompt_lookup_min
+        for name in ("prompt_lookup_min", "prompt_lookup_max"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"speculative_config.{name} must be an integer of at least 1; "
+                                 f"got {v!r}")
+        if self.prompt_lookup_min > self.prompt_lookup_max:  # type: ignore[operator]
+            raise ValueError(f"speculative_config.prompt_lookup_min ({self.prompt_lookup_min}) "
+                             f"must be <= prompt_lookup_max ({self.prompt_lookup_max})")
+
+    @classmethod
+    def from_value(cls, value: dict[str, Any] | str | SpeculativeConfig) -> SpeculativeConfig:
+        """From LLM(speculative_config={...}) or --speculative-config '{...}' (JSON)."""
+        if isinstance(value, SpeculativeConfig):
+            return value
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"speculative_config is not valid JSON: {e}") from None
+        if not isinstance(value, dict):
+            raise ValueError("speculative_config must be a JSON object (a dict), got "
+                             f"{type(value).__name__}")
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(value) - names)
+        if unknown:
+            raise ValueError(f"speculative_config: unknown field(s) {', '.join(unknown)}; "
+                             f"allowed: {', '.join(sorted(names))}")
+        if "num_speculative_tokens" not in value:
+            raise ValueError("speculative_config.num_speculative_tokens is required")
+        return cls(**value)
+
+
 def _non_negative(value: str) -> int:
     n = int(value)
     if n < 0:
@@ -91,6 +156,9 @@ class EngineArgs:
     node_rank: int = 0
     master_addr: str = "127.0.0.1"
     master_port: int | None = None
+    # vLLM's speculative_config: a dict (LLM), its JSON text (--speculative-config) or a
+    # SpeculativeConfig; None: no speculation.
+    speculative_config: dict[str, Any] | str | SpeculativeConfig | None = None
 
     @staticmethod
     def add_cli_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -146,6 +214,11 @@ class EngineArgs:
         parser.add_argument("--master-port", type=int, default=d.master_port,
                             help="The rendezvous port on --master-addr (default on one node: "
                                  "a free one).")
+        parser.add_argument("--speculative-config", type=str, default=None,
+                            help='Speculative decoding as JSON, vLLM\'s keys: e.g. '
+                                 '\'{"method": "ngram", "num_speculative_tokens": 4, '
+                                 '"prompt_lookup_max": 4, "prompt_lookup_min": 2}\' (n-gram '
+                                 'prompt lookup, the only method).')
         return parser
 
     @classmethod
@@ -210,6 +283,14 @@ class EngineArgs:
                 + ("--mock-engine has none" if self.mock_engine
                    else f"{folder.name} is an embedding model (task {task!r})")
             )
+        speculative = None
+        if self.speculative_config is not None:
+            speculative = SpeculativeConfig.from_value(self.speculative_config)
+            if task != "generate" or self.mock_engine:
+                raise ValueError("speculative_config: speculative decoding verifies drafts "
+                                 "with a generative model's forward pass; "
+                                 + ("--mock-engine has none" if self.mock_engine
+                                    else f"{folder.name} is an embedding model"))
         if parallel.tensor_parallel_size > 1:
             _check_shardable(model_cfg, parallel.tensor_parallel_size, folder.name)
         scheduler = SchedulerConfig(
@@ -230,6 +311,7 @@ class EngineArgs:
             task=task,
             pooler=pooler,
             parallel=parallel,
+            speculative=speculative,
         )
 
 
@@ -260,6 +342,7 @@ class EngineConfig:
     task: str = "generate"  # models.task.ModelTask: "generate" or "embed"
     pooler: Any = None  # models.pooler_config.PoolerConfig for embed
     parallel: ParallelConfig = ParallelConfig()
+    speculative: SpeculativeConfig | None = None
 
     @property
     def max_model_len(self) -> int:

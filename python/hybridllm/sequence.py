@@ -115,6 +115,14 @@ class Sequence:
         # constraint, or finished). Preemption keeps it: the recomputed tokens are the ones
         # it has already consumed.
         self.matcher: Any = None
+        # Speculative decoding: whether this sequence may get drafts (set by the engine: not
+        # with a grammar or beams), and this step's drafts (set by the scheduler, consumed
+        # by the engine when the step is applied).
+        self.spec_enabled = False
+        self.spec_token_ids: list[int] = []
+        # Itself; a draft row's view (spec_decode/verify.py, a shallow copy) keeps pointing
+        # here, so per-sequence state keyed by it (the GPU sampler's seeds) is shared.
+        self.origin: Sequence = self
 
     @property
     def num_tokens(self) -> int:
@@ -152,6 +160,7 @@ class Sequence:
         self.status = SequenceStatus.WAITING
         self.num_preemptions += 1
         self.beam_candidates = None
+        self.spec_token_ids = []
 
 
 @dataclass(eq=False)  # identity: queues find and remove a request by itself, not its fields

@@ -38,6 +38,9 @@ class SchedulerOutput:
     # KV blocks to copy (src, dst) before the forward pass: forked beams' last partial blocks.
     blocks_to_copy: list[tuple[int, int]] = field(default_factory=list)
     has_beams: bool = False  # some beam group runs: the runner returns beam candidates
+    # Draft tokens scheduled in all (speculative decoding): a sequence with drafts
+    # (seq.spec_token_ids) computes 1 + len(drafts) tokens and samples a row for each.
+    num_draft_tokens: int = 0
 
     @property
     def num_tokens(self) -> int:
@@ -192,3 +195,6 @@ class StepResult:
     prompt_logprobs: dict[int, tuple[int, list[LogprobsDict]]]
     # sample row -> its best (logprobs, token ids), for beam-search rows
     beam_candidates: dict[int, tuple[list[float], list[int]]] = field(default_factory=dict)
+    # Speculative steps only (None otherwise): per sample_seqs[i], (first row of `sampled`,
+    # tokens it emits): its accepted drafts then the bonus token, sampled[first:first + n].
+    spec: list[tuple[int, int]] | None = None

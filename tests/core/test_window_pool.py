@@ -81,3 +81,23 @@ def test_fork_shares_window_blocks_and_recomputes_the_partial_one() -> None:
     kv.free(parent)
     kv.free(child)
     assert kv.num_held_window_blocks == 0 and kv.num_free_blocks == 32
+
+
+def test_rejected_drafts_give_back_their_window_blocks() -> None:
+    """A verify step's slots past a block boundary take a main and a window block; when its
+    drafts are rejected, trim() gives back both (as free() would)."""
+    pool = WindowPool(2 * BS, 8, layers=(0,))
+    kv = KVCacheManager(16, BS, False, pool)
+    seq = make_seq(range(3 * BS - 2))
+    _grow(kv, seq, 3 * BS - 3)  # the prompt less its last token: 3 blocks
+    held = kv.num_held_window_blocks
+    assert kv.allocate(seq, 1 + 4)  # the last token and 4 drafts reach into block 3
+    assert len(seq.block_table) == len(seq.window_block_table) == 4
+    assert kv.num_held_window_blocks == held + 1
+    seq.num_computed_tokens += 1
+    seq.token_ids.append(99)  # none accepted: the bonus token only
+    kv.trim(seq)
+    assert len(seq.block_table) == len(seq.window_block_table) == 3
+    assert kv.num_held_window_blocks == held and kv.num_free_blocks == 16 - 3
+    kv.free(seq)
+    assert kv.num_held_window_blocks == 0 and kv.num_free_blocks == 16

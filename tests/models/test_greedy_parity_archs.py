@@ -94,3 +94,33 @@ def test_qwen3_with_attention_bias(tmp_path: Path, model_path: Path) -> None:
     params = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, min_tokens=MAX_TOKENS)
     outputs = LLM(model=str(tmp_path)).generate(PROMPTS, params)
     assert [o.outputs[0].token_ids for o in outputs] == expected
+
+
+@pytest.mark.parametrize("name", ["default", "forced_preemption"])
+def test_speculation_over_window_blocks(name: str, checkpoint) -> None:
+    """N-gram speculation on the architectures, windowed ones included (their KV in the
+    window pool): greedy output still transformers'; a verify step's rejected drafts give
+    back their blocks (every block of both pools free at the end)."""
+    folder, expected = checkpoint
+    spec = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3,
+            "prompt_lookup_min": 1}
+    llm = LLM(model=str(folder), speculative_config=spec, **CONFIGS[name])
+    kv = llm.engine.kv
+    check_greedy(llm, name, expected, MAX_TOKENS)
+    # Random weights seldom repeat themselves: prompts that repeat a phrase make drafts (and
+    # rejected ones across block boundaries); the reference is the same model unspeculated.
+    loops = [([(7 * i + j) % 50 + 3 for j in range(10)] * 5)[:44 + i % 4] for i in range(6)]
+    params = SamplingParams(temperature=0, max_tokens=40, min_tokens=40)
+    plain = LLM(model=str(folder), **CONFIGS[name]).generate(loops, params)
+    spec_out = llm.generate(loops, params)
+    assert [o.outputs[0].token_ids for o in spec_out] == [
+        o.outputs[0].token_ids for o in plain]
+    # Drafts were verified (random weights accept few: acceptance is
+    # tests/engine/test_spec_decode.py's, on the real model; trimming window blocks is
+    # tests/core/test_window_pool.py's).
+    assert llm.engine.stats.spec_decode_num_draft_tokens > 0
+    assert kv.num_free_blocks == kv.num_blocks
+    if name == "default" and folder.name.startswith(("mistral-window", "gemma3")):
+        assert kv.window_pool is not None
+    if kv.window_pool is not None:
+        assert len(kv.free_window_blocks) == kv.window_pool.num_blocks

@@ -1,5 +1,5 @@
 """`hybridllm bench throughput|serve|frontend-overhead|batching|embed|engine-step|soak|beam|
-structured`."""
+structured|spec`."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         frontend_overhead,
         serve,
         soak,
+        spec,
         structured,
         throughput,
     )
@@ -30,3 +31,4 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     soak.add_parser(kinds)
     beam.add_parser(kinds)
     structured.add_parser(kinds)
+    spec.add_parser(kinds)

@@ -8,6 +8,7 @@ Without it: the Python (FastAPI) server with the engine in-process.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import ssl
@@ -196,6 +197,8 @@ def worker_argv(args: argparse.Namespace, engine_address: str) -> list[str]:
         flag = "--" + name.replace("_", "-")
         if isinstance(value, bool):
             argv.append(flag if value else "--no-" + name.replace("_", "-"))
+        elif isinstance(value, dict):  # speculative_config: the worker reads JSON
+            argv += [flag, json.dumps(value)]
         else:
             argv += [flag, str(value)]
     return argv

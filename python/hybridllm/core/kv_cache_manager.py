@@ -234,6 +234,24 @@ class KVCacheManager:
         child.num_computed_tokens += rest
         return parent.block_table[full], block
 
+    def trim(self, seq: Sequence) -> None:
+        """Free seq's blocks past those its tokens need (a verify step's rejected drafts had
+        slots there). They were never full and computed, so never published."""
+        keep = self.blocks_needed(seq.num_tokens)
+        table = seq.block_table
+        if self.window_pool is not None:  # their window blocks go with them, as in free()
+            for block in reversed(table[max(keep, seq.window_start):]):
+                w = self.window_of[block]
+                self.window_refs[w] -= 1
+                if self.window_refs[w] == 0:
+                    self.free_window_blocks[w] = None
+            del seq.window_block_table[keep:]
+        for block in reversed(table[keep:]):
+            self.ref_counts[block] -= 1
+            if self.ref_counts[block] == 0:
+                self.free_blocks[block] = None
+        del table[keep:]
+
     def free(self, seq: Sequence) -> None:
         # Tail blocks first, so a prefix outlives its continuations in the LRU order.
         if self.window_pool is not None:

@@ -12,6 +12,11 @@ preempted with its whole group. A beam that has its step's candidates waits (no 
 until the rest of its group has them too. A beam group holds `beam_width` of max_num_seqs'
 seats from its first running beam to its last, so its forks never push the running set
 past max_num_seqs (nor the model runner's batch rows).
+
+With speculative decoding (a proposer given), a decoding sequence that may speculate gets
+the proposer's drafts and 1 + len(drafts) tokens of budget and KV slots; drafts are cut to
+the budget and to the sequence's max tokens, and dropped when their blocks are not free:
+nothing is ever preempted for drafts.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from collections import deque
 from hybridllm.config import SchedulerConfig
 from hybridllm.core.kv_cache_manager import KVCacheManager
 from hybridllm.sequence import Sequence, SequenceStatus
+from hybridllm.spec_decode.ngram_proposer import NgramProposer
 from hybridllm.step_types import SchedulerOutput
 
 
@@ -32,9 +38,11 @@ def _rank(seq: Sequence) -> tuple[int, float]:
 
 
 class Scheduler:
-    def __init__(self, config: SchedulerConfig, kv: KVCacheManager) -> None:
+    def __init__(self, config: SchedulerConfig, kv: KVCacheManager,
+                 proposer: NgramProposer | None = None) -> None:
         self.config = config
         self.kv = kv
+        self.proposer = proposer
         self.by_priority = config.policy == "priority"
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
@@ -100,6 +108,14 @@ class Scheduler:
                 out.every_chunk_ends = False
             if not num_new:  # a beam waiting for its group's candidates
                 continue
+            if (num_new == 1 and budget > 1 and seq.spec_enabled and self.proposer is not None
+                    and self._schedule_drafts(seq, budget)):
+                num_new += len(seq.spec_token_ids)
+                out.num_draft_tokens += num_new - 1
+                seqs.append(seq)
+                news.append(num_new)
+                budget -= num_new
+                continue
             if computed + num_new > len(seq.block_table) * bs and not self._make_room(
                 seq, num_new, out
             ):
@@ -114,6 +130,17 @@ class Scheduler:
         if self.blocks_to_copy and out.seqs:
             out.blocks_to_copy, self.blocks_to_copy = self.blocks_to_copy, []
         return out
+
+    def _schedule_drafts(self, seq: Sequence, budget: int) -> bool:
+        """Give the decoding seq its drafts and their blocks; False (seq unchanged) if there
+        are none, or no free blocks for them (drafts never preempt)."""
+        # Drafts past max_tokens would be thrown away: the step emits at most 1 + drafts.
+        k = min(self.proposer.k, budget - 1, seq.max_num_tokens - len(seq.token_ids) - 1)
+        drafts = self.proposer.propose(seq.token_ids, k) if k > 0 else []
+        if not drafts or not self.kv.allocate(seq, 1 + len(drafts)):
+            return False
+        seq.spec_token_ids = drafts
+        return True
 
     def _make_room(self, seq: Sequence, num_new: int, out: SchedulerOutput) -> bool:
         """Blocks for seq's num_new tokens, preempting from the back of `running` until

@@ -6,7 +6,7 @@ import atexit
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -22,7 +22,8 @@ from hybridllm.outputs import RequestOutput
 from hybridllm.sampling import build_sampler
 from hybridllm.sampling_params import BeamSearchParams, ParamError, SamplingParams
 from hybridllm.sequence import Request, Sequence, SequenceStatus, make_generator
-from hybridllm.step_types import SchedulerOutput, StepResult, TokenSampler
+from hybridllm.spec_decode.ngram_proposer import NgramProposer
+from hybridllm.step_types import SamplerOutput, SchedulerOutput, StepResult, TokenSampler
 from hybridllm.structured.grammar import GrammarCompiler
 from hybridllm.text.bad_words import bad_words_token_ids
 from hybridllm.text.tokenizer import load_tokenizer
@@ -33,6 +34,13 @@ class EngineStats:
     prompt_tokens_total: int = 0
     generation_tokens_total: int = 0
     requests_finished_total: int = 0
+    # Speculative decoding, vLLM's counters: verify steps of a sequence with drafts, the
+    # draft tokens verified, those accepted, and accepted by draft position (index j: the
+    # (j + 1)-th draft of a step).
+    spec_decode_num_drafts: int = 0
+    spec_decode_num_draft_tokens: int = 0
+    spec_decode_num_accepted_tokens: int = 0
+    spec_decode_num_accepted_tokens_per_pos: list[int] = field(default_factory=list)
 
 
 def _build_runner(config: EngineConfig, sampler: TokenSampler) -> ModelRunner:
@@ -62,11 +70,18 @@ class LLMEngine:
         else:
             sampler = build_sampler(config.model, config.args.seed, config.device)
             self.runner = _build_runner(config, sampler)
+        self.stats = EngineStats()
         self.kv = KVCacheManager(
             self.runner.num_blocks, config.args.block_size, config.args.enable_prefix_caching,
             self.runner.window_pool,
         )
-        self.scheduler = Scheduler(config.scheduler, self.kv)
+        spec = config.speculative
+        proposer = None if spec is None else NgramProposer(
+            spec.num_speculative_tokens, spec.prompt_lookup_min, spec.prompt_lookup_max)
+        self.scheduler = Scheduler(config.scheduler, self.kv, proposer)
+        if spec is not None:
+            self.stats.spec_decode_num_accepted_tokens_per_pos = (
+                [0] * spec.num_speculative_tokens)
         self.output_processor = OutputProcessor(self.tokenizer, detokenize)
         self._eos_token_ids = frozenset(config.model.eos_token_ids)
         self.grammars = GrammarCompiler(
@@ -74,7 +89,6 @@ class LLMEngine:
         )
         self.beams = BeamGroups(self.scheduler, self._eos_token_ids)
         self.requests: dict[str, Request] = {}
-        self.stats = EngineStats()
         self._aborted: list[Request] = []
 
     @classmethod
@@ -161,6 +175,9 @@ class LLMEngine:
             seq.stop_ids = stop_ids
             if matchers is not None:
                 seq.matcher = matchers[i]
+            # Not under a grammar: each draft token would have to pass the matcher first
+            # (docs/architecture.md). Beams (above) never speculate either.
+            seq.spec_enabled = matchers is None
             request.seqs.append(seq)
             self.scheduler.add(seq)
         self.requests[request_id] = request
@@ -234,8 +251,18 @@ class LLMEngine:
         token_ids, all_logprobs = sampled.token_ids, sampled.logprobs
         detokenize = self.output_processor.detokenize
         finish = self.scheduler.finish
+        spec = result.spec
+        num_spec_rows = 0  # sequences with drafts: _apply_drafts counts their tokens
         row = -1
         for seq, num_new in zip(sched.seqs, sched.num_new_tokens):
+            if spec is not None and seq.spec_token_ids:
+                row += 1
+                first, n = spec[row]
+                num_spec_rows += 1
+                if self._apply_drafts(seq, token_ids[first : first + n], first, sampled):
+                    ended.append(seq.request)
+                touched[seq.request.request_id] = seq.request
+                continue
             computed = seq.num_computed_tokens = seq.num_computed_tokens + num_new
             if caching and computed // bs > seq.num_published_blocks:
                 kv.cache_computed_blocks(seq)
@@ -252,11 +279,12 @@ class LLMEngine:
             if not request.reported_first:
                 request.reported_first = True
                 request.first_token_time = time.monotonic()
-            token = token_ids[row]
+            r = row if spec is None else spec[row][0]
+            token = token_ids[r]
             seq.token_ids.append(token)
-            if (logprobs := all_logprobs[row]) is not None:
+            if (logprobs := all_logprobs[r]) is not None:
                 seq.output_logprobs.append(logprobs)
-                seq.cumulative_logprob += sampled.sampled_logprobs[row] or 0.0
+                seq.cumulative_logprob += sampled.sampled_logprobs[r] or 0.0
             # A constrained sequence's matcher sees every token first (it may end it).
             by_grammar = seq.matcher is not None and self._grammar_ends(seq, token)
             if not by_grammar and token in seq.stop_ids:  # a stop token id is the stop reason
@@ -276,12 +304,67 @@ class LLMEngine:
         if row + 1 != len(result.sample_seqs):
             raise RuntimeError(f"the runner sampled {len(result.sample_seqs)} rows for "
                                f"{row + 1} sequences at their end")
-        self.stats.generation_tokens_total += row + 1 - num_beam_rows
+        self.stats.generation_tokens_total += row + 1 - num_beam_rows - num_spec_rows
         for rid, request in beam_requests.items():
             self.beams.advance(request)
             self.stats.generation_tokens_total += len(request.seqs)
             touched[rid] = request
         return list(beam_requests.values())
+
+    def _apply_drafts(self, seq: Sequence, tokens: list[int], first: int,
+                      sampled: SamplerOutput) -> bool:
+        """A verify step is applied to seq: its accepted drafts and the bonus token (`tokens`,
+        sampled rows first...) are appended one by one with the stop checks, a stop cutting
+        the rest; the KV of rejected drafts is dropped (their positions are computed again,
+        their blocks past the tokens freed). True if that finished the sequence's request."""
+        drafts, seq.spec_token_ids = seq.spec_token_ids, []
+        stats = self.stats
+        accepted = len(tokens) - 1
+        stats.spec_decode_num_drafts += 1
+        stats.spec_decode_num_draft_tokens += len(drafts)
+        stats.spec_decode_num_accepted_tokens += accepted
+        per_pos = stats.spec_decode_num_accepted_tokens_per_pos
+        for j in range(accepted):
+            per_pos[j] += 1
+        # KV is computed for the last token and the accepted drafts. Their blocks are
+        # published while the tokens are all in place (a stop below may cut some: their KV
+        # is still the model's for those tokens), before a finish frees the blocks.
+        old_len = len(seq.token_ids)
+        seq.num_computed_tokens = old_len + accepted
+        if self.kv.enable_prefix_caching:
+            seq.token_ids.extend(tokens[:accepted])
+            self.kv.cache_computed_blocks(seq)
+            del seq.token_ids[old_len:]
+        detokenize = self.output_processor.detokenize
+        finish = self.scheduler.finish
+        appended = 0
+        for i, token in enumerate(tokens):
+            seq.token_ids.append(token)
+            appended += 1
+            if (logprobs := sampled.logprobs[first + i]) is not None:
+                seq.output_logprobs.append(logprobs)
+                seq.cumulative_logprob += sampled.sampled_logprobs[first + i] or 0.0
+            if token in seq.stop_ids:
+                finish(seq, "stop", token if token in seq.params.stop_token_ids else None)
+            stop_str = self.output_processor.update_text(seq) if detokenize else None
+            if seq.status is not SequenceStatus.FINISHED:
+                if stop_str is not None:
+                    finish(seq, "stop", stop_str)
+                elif len(seq.token_ids) >= seq.max_num_tokens:
+                    finish(seq, "length")
+                    if detokenize:
+                        self.output_processor.finish_text(seq)
+            if seq.status is SequenceStatus.FINISHED:
+                break
+        stats.generation_tokens_total += appended
+        request = seq.request
+        if not request.reported_first:
+            request.reported_first = True
+            request.first_token_time = time.monotonic()
+        if seq.status is not SequenceStatus.FINISHED:
+            self.kv.trim(seq)
+            return False
+        return request.num_finished_seqs == len(request.seqs)
 
     def _grammar_ends(self, seq: Sequence, token: int) -> bool:
         """The constrained sequence's matcher takes its token; True if that ended it: an

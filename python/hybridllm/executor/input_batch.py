@@ -7,9 +7,10 @@ most of a decode step's host time; here a step that changes nothing copies no ta
 and the per-token work (positions, slots, sequence lengths) is vectorized.
 
 A sequence keeps its row while it stays in the batch; a row is written whole when its
-sequence (re)joins, and appended to when its block table grows. KV blocks are only ever
-appended to a sequence's block table, which is replaced by a new list when its blocks are
-freed (finish, preemption), so "same list object, same length" means "row up to date".
+sequence (re)joins, and appended to when its block table grows. KV blocks are appended to a
+sequence's block table, cut from its end only after a speculative step (rejected drafts'
+blocks), and the table is replaced by a new list when its blocks are freed (finish,
+preemption), so "same list object, same length" means "row up to date".
 """
 
 from __future__ import annotations
@@ -127,6 +128,10 @@ class InputBatch:
             self.block_table[row, old:n] = table[old:]
             if self.windowed:
                 self.window_table[row, old:n] = window[old:]
+        elif n < old:  # cut after a speculative step: a row is zero past its blocks
+            self.block_table[row, n:old] = 0
+            if self.windowed:
+                self.window_table[row, n:old] = 0
         self._tables[row] = table
         self.num_blocks[row] = self._num_blocks[row] = n
 
@@ -151,6 +156,8 @@ class InputBatch:
             ids = []
             for s, p, k in zip(seqs, starts_l, q_lens):
                 ids.extend(s.token_ids[p : p + k])
+                if sched.num_draft_tokens and s.spec_token_ids:  # the verify's query tokens
+                    ids.extend(s.spec_token_ids)
             owner = np.repeat(np.arange(n), q)
             positions = np.arange(int(cu[-1]), dtype=np.int64) - cu[:-1][owner] + starts[owner]
             token_rows, max_q = rows[owner], max(q_lens)
@@ -164,7 +171,9 @@ class InputBatch:
             window_slots = self.window_table[token_rows, positions // bs].astype(np.int64) * bs
             window_slots += offsets
             window_tables = self.window_table[rows, :width]
-        if sched.every_chunk_ends:
+        if sched.num_draft_tokens:
+            sample_rows, sample_seqs = _verify_rows(seqs, seq_lens, cu)
+        elif sched.every_chunk_ends:
             sample_rows, sample_seqs = (cu[1:] - 1).tolist(), seqs
         else:
             totals = np.array([len(s.token_ids) for s in seqs], dtype=np.int64)
@@ -191,6 +200,24 @@ class InputBatch:
             window_slot_mapping=window_slots,
             window_block_tables=window_tables,
         )
+
+
+def _verify_rows(
+    seqs: list[Sequence], seq_lens: np.ndarray, cu: np.ndarray
+) -> tuple[list[int], list[Sequence]]:
+    """A speculative step's sample rows: a sequence with d drafts samples its last 1 + d
+    rows (spec_decode/verify.py lays them out the same way), one without its last row,
+    where its chunk reaches its end."""
+    rows: list[int] = []
+    sample_seqs: list[Sequence] = []
+    for i, (s, n) in enumerate(zip(seqs, seq_lens.tolist())):
+        d = len(s.spec_token_ids)
+        if n != len(s.token_ids) + d:
+            continue  # a prompt chunk short of its end
+        end = int(cu[i + 1])
+        rows.extend(range(end - 1 - d, end))
+        sample_seqs.append(s)
+    return rows, sample_seqs
 
 
 def _prompt_logprob_work(

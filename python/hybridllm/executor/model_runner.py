@@ -44,6 +44,7 @@ from hybridllm.models.fused_ops import select_layer_ops
 from hybridllm.models.loader import load_model
 from hybridllm.outputs import LogprobsDict
 from hybridllm.sequence import Sequence
+from hybridllm.spec_decode.verify import draft_rows, emitted_rows
 from hybridllm.step_types import (
     AttentionMetadata,
     SamplerOutput,
@@ -216,8 +217,11 @@ class ModelRunner:
             self.tp.broadcast(StepMessage(bare, logit_rows, sched.blocks_to_copy))
         if sched.blocks_to_copy:
             copy_blocks(self.kv_caches, sched.blocks_to_copy)
+        # A speculative step samples a row per draft position: each row its sequence's view.
+        speculative = sched.num_draft_tokens > 0
+        row_seqs = draft_rows(inputs.sample_seqs) if speculative else inputs.sample_seqs
         # The constrained rows' bitmask is filled on a thread during the forward pass.
-        pending_bitmask = self.grammar_masks.start(inputs.sample_seqs)
+        pending_bitmask = self.grammar_masks.start(row_seqs)
         overlap = self.device.type == "cuda"
         if while_running is not None and not overlap:
             while_running()
@@ -229,11 +233,17 @@ class ModelRunner:
         if sample_group:
             logits = logits_list[0]
             bitmask = pending_bitmask.wait() if pending_bitmask is not None else None
-            sampled = self.sampler(logits, inputs.sample_seqs, bitmask)
+            sampled = self.sampler(logits, row_seqs, bitmask)
         else:
             sampled = SamplerOutput([], [], [])
         result = StepResult(sampled, inputs.sample_seqs, prompt_logprobs)
+        if speculative:
+            result.spec = emitted_rows(inputs.sample_seqs, sampled.token_ids)
         if sched.has_beams and inputs.sample_rows:
+            if speculative:  # one row per sequence, as beam_candidates indexes them
+                last = [first + len(s.spec_token_ids)
+                        for (first, _), s in zip(result.spec or [], inputs.sample_seqs)]
+                logits = logits[torch.tensor(last, device=logits.device)]
             result.beam_candidates = beam_candidates(
                 logits, inputs.sample_seqs, self.config.model.eos_token_ids
             )

@@ -44,10 +44,11 @@ class GpuSampler:
         seed = seq.params.seed
         if seed is not None:
             return (seed + seq.index * _GOLDEN) % _SEED_MOD
-        drawn = self._seeds.get(seq)
+        origin = seq.origin  # a draft row's view draws as its sequence does
+        drawn = self._seeds.get(origin)
         if drawn is None:
             drawn = int(torch.randint(0, _SEED_MOD - 1, (1,), generator=self.generator))
-            self._seeds[seq] = drawn
+            self._seeds[origin] = drawn
         return drawn
 
     def _to_device(self, host: torch.Tensor) -> torch.Tensor:
