@@ -248,9 +248,7 @@ class LLMEngine:
         beam_requests: dict[str, Request] = {}
         num_beam_rows = 0
         sampled = result.sampled
-        token_ids, all_logprobs = sampled.token_ids, sampled.logprobs
-        detokenize = self.output_processor.detokenize
-        finish = self.scheduler.finish
+        token_ids = sampled.token_ids
         spec = result.spec
         num_spec_rows = 0  # sequences with drafts: _apply_drafts counts their tokens
         row = -1
@@ -280,25 +278,8 @@ class LLMEngine:
                 request.reported_first = True
                 request.first_token_time = time.monotonic()
             r = row if spec is None else spec[row][0]
-            token = token_ids[r]
-            seq.token_ids.append(token)
-            if (logprobs := all_logprobs[r]) is not None:
-                seq.output_logprobs.append(logprobs)
-                seq.cumulative_logprob += sampled.sampled_logprobs[r] or 0.0
-            # A constrained sequence's matcher sees every token first (it may end it).
-            by_grammar = seq.matcher is not None and self._grammar_ends(seq, token)
-            if not by_grammar and token in seq.stop_ids:  # a stop token id is the stop reason
-                finish(seq, "stop", token if token in seq.params.stop_token_ids else None)
-            stop_str = self.output_processor.update_text(seq) if detokenize else None
-            if seq.status is not SequenceStatus.FINISHED:
-                if stop_str is not None:
-                    finish(seq, "stop", stop_str)
-                elif len(seq.token_ids) >= seq.max_num_tokens:
-                    finish(seq, "length")
-                    if detokenize:
-                        self.output_processor.finish_text(seq)
-                else:
-                    continue  # still running: most rows
+            if not self._append_token(seq, token_ids[r], sampled, r):
+                continue  # still running: most rows
             if request.num_finished_seqs == len(request.seqs):
                 ended.append(request)
         if row + 1 != len(result.sample_seqs):
@@ -310,6 +291,31 @@ class LLMEngine:
             self.stats.generation_tokens_total += len(request.seqs)
             touched[rid] = request
         return list(beam_requests.values())
+
+    def _append_token(self, seq: Sequence, token: int, sampled: SamplerOutput, r: int) -> bool:
+        """Appends seq's sampled token (row r of the sampler's output) with its logprobs and
+        the stop checks; True if that finished seq."""
+        seq.token_ids.append(token)
+        if (logprobs := sampled.logprobs[r]) is not None:
+            seq.output_logprobs.append(logprobs)
+            seq.cumulative_logprob += sampled.sampled_logprobs[r] or 0.0
+        finish = self.scheduler.finish
+        # A constrained sequence's matcher sees every token first (it may end it).
+        by_grammar = seq.matcher is not None and self._grammar_ends(seq, token)
+        if not by_grammar and token in seq.stop_ids:  # a stop token id is the stop reason
+            finish(seq, "stop", token if token in seq.params.stop_token_ids else None)
+        detokenize = self.output_processor.detokenize
+        stop_str = self.output_processor.update_text(seq) if detokenize else None
+        if seq.status is not SequenceStatus.FINISHED:
+            if stop_str is not None:
+                finish(seq, "stop", stop_str)
+            elif len(seq.token_ids) >= seq.max_num_tokens:
+                finish(seq, "length")
+                if detokenize:
+                    self.output_processor.finish_text(seq)
+            else:
+                return False
+        return True
 
     def _apply_drafts(self, seq: Sequence, tokens: list[int], first: int,
                       sampled: SamplerOutput) -> bool:
@@ -335,26 +341,10 @@ class LLMEngine:
             seq.token_ids.extend(tokens[:accepted])
             self.kv.cache_computed_blocks(seq)
             del seq.token_ids[old_len:]
-        detokenize = self.output_processor.detokenize
-        finish = self.scheduler.finish
         appended = 0
         for i, token in enumerate(tokens):
-            seq.token_ids.append(token)
             appended += 1
-            if (logprobs := sampled.logprobs[first + i]) is not None:
-                seq.output_logprobs.append(logprobs)
-                seq.cumulative_logprob += sampled.sampled_logprobs[first + i] or 0.0
-            if token in seq.stop_ids:
-                finish(seq, "stop", token if token in seq.params.stop_token_ids else None)
-            stop_str = self.output_processor.update_text(seq) if detokenize else None
-            if seq.status is not SequenceStatus.FINISHED:
-                if stop_str is not None:
-                    finish(seq, "stop", stop_str)
-                elif len(seq.token_ids) >= seq.max_num_tokens:
-                    finish(seq, "length")
-                    if detokenize:
-                        self.output_processor.finish_text(seq)
-            if seq.status is SequenceStatus.FINISHED:
+            if self._append_token(seq, token, sampled, first + i):
                 break
         stats.generation_tokens_total += appended
         request = seq.request
