@@ -6,12 +6,24 @@ with that, the GEMMs of this engine's shapes (a few to a few thousand rows again
 hundreds of kilobytes to 100 MB) ran 1.15x (2,048 rows) to 2x (64 rows, the LM head) faster
 on a Zen 4 CPU. Same fp32 arithmetic, another summation order: outputs differ from MKL's by
 a few ulps.
+
+oneDNN's algorithms for a few rows (decode steps; 1 + k rows per sequence when speculating)
+cost up to 2x what one row costs. A decoder's linears therefore also keep the weight in the
+column panels of `kernels/linear_cpu` and take calls of up to `PANEL_ROWS` rows there: the
+weight streamed once, and a row's result the same bits whatever the batch holds. That is a
+second copy of the weights (the default model: +540 MB), the price of both paths.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import nn
+
+from hybridllm.kernels import linear_cpu
+
+# Calls with at most this many rows go through the panel kernel (one register tile of rows on
+# AVX-512, two on AVX2); larger ones through oneDNN.
+PANEL_ROWS = 8
 
 
 def available(dtype: torch.dtype) -> bool:
@@ -25,22 +37,28 @@ def available(dtype: torch.dtype) -> bool:
 class PackedLinear(nn.Module):
     """y = x W^T (+ b) with W held in oneDNN's layout. Inference only (no autograd)."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None,
+                 panel_rows: int = 0) -> None:
         super().__init__()
         self.in_features, self.out_features = weight.shape[1], weight.shape[0]
         # An opaque oneDNN tensor: a plain attribute, not a parameter or buffer, so module
         # utilities (state_dict, .to) never see it.
         self.packed = weight.detach().to_mkldnn()
         self.bias = None if bias is None else bias.detach().clone()
+        # The panel copy for calls of up to panel_rows rows (0: none; see the module's doc).
+        self.panel_rows = panel_rows if panel_rows and linear_cpu.load() is not None else 0
+        self.panels = linear_cpu.pack(weight) if self.panel_rows else None
 
     def _rows(self, x: torch.Tensor) -> torch.Tensor:  # 2-D, contiguous
         x2 = x.reshape(-1, self.in_features)
         return x2 if x2.is_contiguous() else x2.contiguous()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = torch.ops.mkldnn._linear_pointwise(
-            self._rows(x), self.packed, self.bias, "none", [], ""
-        )
+        rows = self._rows(x)
+        if self.panels is not None and rows.shape[0] <= self.panel_rows:
+            y = linear_cpu.linear(rows, self.panels, self.out_features, self.bias)
+        else:
+            y = torch.ops.mkldnn._linear_pointwise(rows, self.packed, self.bias, "none", [], "")
         return y.view(*x.shape[:-1], self.out_features)
 
     def forward_act(self, x: torch.Tensor, act: str, algorithm: str = "") -> torch.Tensor:
@@ -59,7 +77,7 @@ class PackedLinear(nn.Module):
         return y.view(*x.shape[:-1], self.out_features)
 
 
-def pack_linears(model: nn.Module) -> int:
+def pack_linears(model: nn.Module, panel_rows: int = 0) -> int:
     """Replace every nn.Linear under model by a PackedLinear; returns how many."""
     targets = [
         (parent, name, child)
@@ -68,5 +86,5 @@ def pack_linears(model: nn.Module) -> int:
         if isinstance(child, nn.Linear)
     ]
     for parent, name, child in targets:
-        setattr(parent, name, PackedLinear(child.weight, child.bias))
+        setattr(parent, name, PackedLinear(child.weight, child.bias, panel_rows))
     return len(targets)

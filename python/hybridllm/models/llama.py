@@ -23,7 +23,7 @@ from hybridllm.attention import AttentionBackend
 from hybridllm.distributed.parallel_state import SINGLE, TensorParallelGroup
 from hybridllm.models import layers
 from hybridllm.models.config import LlamaConfig
-from hybridllm.models.cpu_linear import PackedLinear, pack_linears
+from hybridllm.models.cpu_linear import PANEL_ROWS, PackedLinear, pack_linears
 from hybridllm.models.layers import LayerOps
 from hybridllm.step_types import AttentionMetadata
 
@@ -186,10 +186,11 @@ class LlamaForCausalLM(nn.Module):
         self.ops = ops
 
     def pack_for_cpu(self) -> None:
-        """Every projection and the LM head through oneDNN-packed weights (after loading)."""
+        """Every projection and the LM head through packed weights (after loading): oneDNN's,
+        and the panel kernel's for decode-sized calls."""
         weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        self.packed_lm_head = PackedLinear(weight, None)
-        pack_linears(self.layers)
+        self.packed_lm_head = PackedLinear(weight, None, PANEL_ROWS)
+        pack_linears(self.layers, PANEL_ROWS)
 
     def forward(
         self,
