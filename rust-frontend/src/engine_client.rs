@@ -227,6 +227,10 @@ impl From<pb::LoadResponse> for hybridllm_api::metrics::EngineLoad {
             prefix_cache_queries_total: l.prefix_cache_queries_total,
             prefix_cache_hits_total: l.prefix_cache_hits_total,
             num_preemptions_total: l.num_preemptions_total,
+            spec_decode_num_drafts_total: l.spec_decode_num_drafts_total,
+            spec_decode_num_draft_tokens_total: l.spec_decode_num_draft_tokens_total,
+            spec_decode_num_accepted_tokens_total: l.spec_decode_num_accepted_tokens_total,
+            spec_decode_num_accepted_tokens_per_pos: l.spec_decode_num_accepted_tokens_per_pos,
         }
     }
 }

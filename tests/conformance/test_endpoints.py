@@ -19,7 +19,9 @@ METRICS = [
     "hybridllm:time_to_first_token_seconds", "hybridllm:inter_token_latency_seconds",
     "hybridllm:e2e_request_latency_seconds", "hybridllm:request_queue_time_seconds",
     "hybridllm:worker_requests_total", "hybridllm:worker_outstanding_tokens",
-    "hybridllm:worker_up",
+    "hybridllm:worker_up", "hybridllm:spec_decode_num_drafts_total",
+    "hybridllm:spec_decode_num_draft_tokens_total",
+    "hybridllm:spec_decode_num_accepted_tokens_total",
 ]
 
 

@@ -1,6 +1,7 @@
 """docs/grafana/hybridllm.json against what `hybridllm serve --rust-frontend` exports: every
 series a panel queries exists on /metrics (suffixes and `by` labels included), and every
-exported hybridllm metric has a panel. The conformance suite checks that both frontends export
+exported hybridllm metric has a panel. The server speculates (n-gram), so the speculative
+decoding families, the per-position one included, are there too. The conformance suite checks that both frontends export
 the same names."""
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ BY = re.compile(r"\bby \(([a-z_, ]+)\)")
 def exported(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     """Exported series name -> its label names, after a request (so labelled series exist)."""
     srv: Server = start("rust", tmp_path_factory.mktemp("grafana"), "--max-model-len", "512",
-                        "--api-key", API_KEY)
+                        "--api-key", API_KEY, "--speculative-config",
+                        '{"method": "ngram", "num_speculative_tokens": 3}')
     try:
         auth = {"Authorization": f"Bearer {API_KEY}"}
         r = httpx.post(srv.url + "/v1/completions", headers=auth, timeout=60,
@@ -52,7 +54,7 @@ def test_dashboard_is_importable_json() -> None:
     names = {v["name"] for v in dash["templating"]["list"]}
     assert names == {"datasource", "instance"}
     ids = [p["id"] for p in dash["panels"]]
-    assert len(ids) == len(set(ids)) == 13
+    assert len(ids) == len(set(ids)) == 15
     for p in dash["panels"]:
         assert p["type"] == "timeseries" and p["targets"], p["title"]
         assert p["datasource"]["uid"] == "${datasource}", p["title"]

@@ -21,6 +21,12 @@ pub struct EngineLoad {
     pub prefix_cache_queries_total: u64,
     pub prefix_cache_hits_total: u64,
     pub num_preemptions_total: u64,
+    /// Speculative decoding: verify steps, drafted tokens, accepted tokens, and accepted
+    /// tokens by draft position (0: the first drafted token). All zero (empty) without it.
+    pub spec_decode_num_drafts_total: u64,
+    pub spec_decode_num_draft_tokens_total: u64,
+    pub spec_decode_num_accepted_tokens_total: u64,
+    pub spec_decode_num_accepted_tokens_per_pos: Vec<u64>,
 }
 
 impl EngineLoad {
@@ -36,6 +42,16 @@ impl EngineLoad {
             t.prefix_cache_queries_total += l.prefix_cache_queries_total;
             t.prefix_cache_hits_total += l.prefix_cache_hits_total;
             t.num_preemptions_total += l.num_preemptions_total;
+            t.spec_decode_num_drafts_total += l.spec_decode_num_drafts_total;
+            t.spec_decode_num_draft_tokens_total += l.spec_decode_num_draft_tokens_total;
+            t.spec_decode_num_accepted_tokens_total += l.spec_decode_num_accepted_tokens_total;
+            let per_pos = &mut t.spec_decode_num_accepted_tokens_per_pos;
+            for (i, n) in l.spec_decode_num_accepted_tokens_per_pos.iter().enumerate() {
+                if per_pos.len() <= i {
+                    per_pos.push(0);
+                }
+                per_pos[i] += n;
+            }
         }
         t
     }
@@ -51,6 +67,9 @@ pub struct Metrics {
     kv_usage: prometheus::Gauge,
     engine_counters: Vec<EngineCounter>,
     last_totals: Mutex<Vec<u64>>,
+    /// Accepted draft tokens by draft position, and the totals last applied to it.
+    spec_accepted_per_pos: IntCounterVec,
+    last_per_pos: Mutex<Vec<u64>>,
     pub in_flight: IntGauge,
     pub request_success: IntCounterVec,
     pub ttft: Histogram,
@@ -184,7 +203,40 @@ impl Metrics {
                 ),
                 |l| l.num_preemptions_total,
             ),
+            // Speculative decoding, named as vLLM's (zero while speculation is off).
+            (
+                counter(
+                    "hybridllm:spec_decode_num_drafts_total",
+                    "Number of spec decoding drafts.",
+                ),
+                |l| l.spec_decode_num_drafts_total,
+            ),
+            (
+                counter(
+                    "hybridllm:spec_decode_num_draft_tokens_total",
+                    "Number of draft tokens.",
+                ),
+                |l| l.spec_decode_num_draft_tokens_total,
+            ),
+            (
+                counter(
+                    "hybridllm:spec_decode_num_accepted_tokens_total",
+                    "Number of accepted tokens.",
+                ),
+                |l| l.spec_decode_num_accepted_tokens_total,
+            ),
         ];
+        let spec_accepted_per_pos = reg(
+            &registry,
+            IntCounterVec::new(
+                Opts::new(
+                    renamed("hybridllm:spec_decode_num_accepted_tokens_per_pos_total"),
+                    "Accepted tokens per draft's position.",
+                ),
+                &["position"],
+            )
+            .expect("valid"),
+        );
         let in_flight = gauge(
             "hybridllm:frontend_requests_in_flight",
             "Generation requests in flight in this frontend.",
@@ -247,6 +299,8 @@ impl Metrics {
             kv_usage,
             engine_counters,
             last_totals: Mutex::new(vec![0; n]),
+            spec_accepted_per_pos,
+            last_per_pos: Mutex::new(Vec::new()),
             in_flight,
             request_success,
             ttft,
@@ -270,6 +324,23 @@ impl Metrics {
             let v = get(load);
             if v >= last[i] {
                 c.inc_by(v - last[i]);
+            }
+            last[i] = v;
+        }
+        drop(last);
+        let mut last = self.last_per_pos.lock().unwrap_or_else(|p| p.into_inner());
+        for (i, &v) in load
+            .spec_decode_num_accepted_tokens_per_pos
+            .iter()
+            .enumerate()
+        {
+            if last.len() <= i {
+                last.push(0);
+            }
+            if v >= last[i] {
+                self.spec_accepted_per_pos
+                    .with_label_values(&[&i.to_string()])
+                    .inc_by(v - last[i]);
             }
             last[i] = v;
         }
@@ -351,14 +422,45 @@ mod tests {
         m.worker_up.with_label_values(&["0"]).set(1);
         m.worker_requests.with_label_values(&["0"]).inc();
         m.worker_outstanding_tokens.with_label_values(&["0"]).set(0);
+        m.spec_accepted_per_pos.with_label_values(&["0"]).inc();
         let text = m.encode();
         let families: Vec<&str> = text
             .lines()
             .filter_map(|l| l.strip_prefix("# TYPE "))
             .collect();
-        assert_eq!(families.len(), 17, "{families:?}");
+        assert_eq!(families.len(), 21, "{families:?}");
         assert!(families.contains(&"hybridllm:request_success_total counter"));
         assert!(families.contains(&"hybridllm:e2e_request_latency_seconds histogram"));
+    }
+
+    #[test]
+    fn speculative_counters_follow_the_load_by_position() {
+        let m = Metrics::new();
+        let load = |drafts, per_pos: Vec<u64>| EngineLoad {
+            spec_decode_num_drafts_total: drafts,
+            spec_decode_num_draft_tokens_total: drafts * 4,
+            spec_decode_num_accepted_tokens_total: per_pos.iter().sum(),
+            spec_decode_num_accepted_tokens_per_pos: per_pos,
+            ..Default::default()
+        };
+        m.apply_load(&load(0, vec![]));
+        m.apply_load(&load(5, vec![4, 3, 1, 0]));
+        m.apply_load(&load(9, vec![7, 5, 2, 1]));
+        let text = m.encode();
+        for line in [
+            "hybridllm:spec_decode_num_drafts_total 9\n",
+            "hybridllm:spec_decode_num_draft_tokens_total 36\n",
+            "hybridllm:spec_decode_num_accepted_tokens_total 15\n",
+            "hybridllm:spec_decode_num_accepted_tokens_per_pos_total{position=\"0\"} 7\n",
+            "hybridllm:spec_decode_num_accepted_tokens_per_pos_total{position=\"3\"} 1\n",
+        ] {
+            assert!(text.contains(line), "{line} not in {text}");
+        }
+        let summed = EngineLoad::sum(&[load(1, vec![1, 1]), load(2, vec![2, 0, 1])]);
+        assert_eq!(
+            summed.spec_decode_num_accepted_tokens_per_pos,
+            vec![3, 1, 1]
+        );
     }
 
     #[test]

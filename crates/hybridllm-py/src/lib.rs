@@ -1363,7 +1363,13 @@ impl Metrics {
     /// The worker's LoadResponse (read by attribute).
     fn apply_load(&self, load: &Bound<'_, PyAny>) -> PyResult<()> {
         macro_rules! read {
-            ($($f:ident),*) => { EngineLoad { $($f: load.getattr(stringify!($f))?.extract()?,)* } };
+            ($($f:ident),*) => { EngineLoad { $($f: load.getattr(stringify!($f))?.extract()?,)*
+                spec_decode_num_accepted_tokens_per_pos: load
+                    .getattr("spec_decode_num_accepted_tokens_per_pos")?
+                    .try_iter()?
+                    .map(|v| v?.extract::<u64>())
+                    .collect::<PyResult<Vec<u64>>>()?,
+            } };
         }
         self.inner.apply_load(&read!(
             num_running,
@@ -1373,7 +1379,10 @@ impl Metrics {
             generation_tokens_total,
             prefix_cache_queries_total,
             prefix_cache_hits_total,
-            num_preemptions_total
+            num_preemptions_total,
+            spec_decode_num_drafts_total,
+            spec_decode_num_draft_tokens_total,
+            spec_decode_num_accepted_tokens_total
         ));
         Ok(())
     }

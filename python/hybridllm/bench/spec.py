@@ -5,6 +5,10 @@ pay (target: 2.0x the output tok/s without speculation), and random prompts at b
 16, where it finds nothing to copy and must not cost much (target: 0.95x). Prints tok/s, the
 ratios, the acceptance rate and the mean accepted length, and the CPU's SIMD flags.
 `--quick` is a smoke run for CI: tiny sizes, and it never fails on timings.
+
+`--serve` runs the copy-heavy chats through two `serve --rust-frontend` servers instead (one
+speculating, one not; the same streaming client, alternating, at each `--concurrency`) and
+prints TPOT p50 and output tok/s of each, with their ratios.
 """
 
 from __future__ import annotations
@@ -42,6 +46,25 @@ def copy_prompt(paragraph: str) -> str:
     return f"Repeat this paragraph exactly.\n\nParagraph: {paragraph}\n\nRepeated: "
 
 
+COPY_ASKS = ["Repeat this paragraph exactly: {}", "Copy this text word for word:\n\n{}",
+             "Write out the following passage again, unchanged.\n\n{}"]
+
+
+def copy_chats(n: int) -> list[str]:
+    """n distinct copy requests for chat: each ask of each paragraph, then the same with the
+    paragraph's sentences rotated (new text, as copy-heavy as the first)."""
+    out: list[str] = []
+    turn = 0
+    while len(out) < n:
+        for ask in COPY_ASKS:
+            for paragraph in PARAGRAPHS:
+                sentences = [x.strip() + "." for x in paragraph.split(".") if x.strip()]
+                k = turn % len(sentences)
+                out.append(ask.format(" ".join(sentences[k:] + sentences[:k])))
+        turn += 1
+    return out[:n]
+
+
 def cpu_flags() -> str:
     """The SIMD flags the CPU kernels care about, from /proc/cpuinfo (Linux)."""
     try:
@@ -66,6 +89,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads.")
     parser.add_argument("--quick", action="store_true",
                         help="Tiny sizes, for CI: checks it runs; never fails on timings.")
+    parser.add_argument("--serve", action="store_true",
+                        help="Served through the Rust frontend (two servers, on and off) "
+                             "instead of the offline engine: TPOT p50 at each concurrency.")
+    parser.add_argument("--concurrency", default="1,8",
+                        help="--serve: comma-separated concurrency levels.")
+    parser.add_argument("--num-prompts", type=int, default=16,
+                        help="--serve: copy chats per level (at least the concurrency).")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="--serve: off/on runs per level, alternating; medians reported.")
     parser.add_argument("--result-json", default=None)
     parser.set_defaults(func=run)
 
@@ -93,7 +125,59 @@ def _measure(llm: Any, prompts: list[Any], params: Any, batch: int) -> dict[str,
     }
 
 
+def serve(args: argparse.Namespace) -> int:
+    """Copy-heavy chats served by `serve --rust-frontend`, speculation off and on."""
+    import statistics
+
+    from hybridllm.bench.client import build_payload
+    from hybridllm.bench.launch import start_server
+    from hybridllm.bench.serve import first_model, run_level
+
+    flags = ["--max-model-len", "1024"] + (["--model", args.model] if args.model else [])
+    print(f"CPU flags: {cpu_flags()}", flush=True)
+    servers = {"off": start_server("rust", flags),
+               "on": start_server("rust", flags + ["--speculative-config",
+                                                   args.speculative_config])}
+    results: dict[str, Any] = {"speculative_config": json.loads(args.speculative_config),
+                               "cpu_flags": cpu_flags(), "levels": {}}
+    try:
+        model = first_model(servers["off"].base_url, None)
+        endpoint = "/v1/chat/completions"
+        for level in (int(c) for c in args.concurrency.split(",")):
+            payloads = [build_payload(endpoint, model, chat, args.output_len, False)
+                        for chat in copy_chats(max(args.num_prompts, level))]
+            runs: dict[str, list[dict]] = {"off": [], "on": []}
+            for r in range(args.rounds):
+                for name in ("off", "on") if r % 2 == 0 else ("on", "off"):
+                    url = servers[name].base_url + endpoint
+                    runs[name].append(run_level(url, payloads, float("inf"), level, 0,
+                                                progress=False))
+            row = {name: {"tpot_p50_ms": statistics.median(x["tpot_ms"]["p50"] for x in rs),
+                          "output_tok_s": statistics.median(x["output_throughput"] for x in rs),
+                          "failed": sum(x["failed"] for x in rs)}
+                   for name, rs in runs.items()}
+            row["tpot_ratio"] = row["off"]["tpot_p50_ms"] / max(row["on"]["tpot_p50_ms"], 1e-9)
+            row["throughput_ratio"] = row["on"]["output_tok_s"] / max(
+                row["off"]["output_tok_s"], 1e-9)
+            results["levels"][level] = row
+            print(f"served copy chats, concurrency {level}: TPOT p50 off "
+                  f"{row['off']['tpot_p50_ms']:.1f} ms, on {row['on']['tpot_p50_ms']:.1f} ms "
+                  f"(off/on {row['tpot_ratio']:.2f}x); output tok/s off "
+                  f"{row['off']['output_tok_s']:.1f}, on {row['on']['output_tok_s']:.1f} "
+                  f"({row['throughput_ratio']:.2f}x); failed {row['off']['failed']}/"
+                  f"{row['on']['failed']}", flush=True)
+    finally:
+        for server in servers.values():
+            server.stop()
+    if args.result_json:
+        with open(args.result_json, "w", encoding="utf-8") as f:
+            json.dump(results, f, indent=2)
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.serve:
+        return serve(args)
     import torch
 
     from hybridllm import LLM, SamplingParams

@@ -120,6 +120,10 @@ class EngineServicer(pb_grpc.EngineServicer):
             num_free_blocks=kv.num_free_blocks,
             num_total_blocks=kv.num_blocks,
             requests_finished_total=stats.requests_finished_total,
+            spec_decode_num_drafts_total=stats.spec_decode_num_drafts,
+            spec_decode_num_draft_tokens_total=stats.spec_decode_num_draft_tokens,
+            spec_decode_num_accepted_tokens_total=stats.spec_decode_num_accepted_tokens,
+            spec_decode_num_accepted_tokens_per_pos=stats.spec_decode_num_accepted_tokens_per_pos,
         )
 
 
