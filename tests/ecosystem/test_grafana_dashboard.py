@@ -1,8 +1,8 @@
 """docs/grafana/hybridllm.json against what `hybridllm serve --rust-frontend` exports: every
 series a panel queries exists on /metrics (suffixes and `by` labels included), and every
 exported hybridllm metric has a panel. The server speculates (n-gram), so the speculative
-decoding families, the per-position one included, are there too. The conformance suite checks that both frontends export
-the same names."""
+decoding families, the per-position one included, are there too. The conformance suite checks
+that both frontends export the same names."""
 
 from __future__ import annotations
 

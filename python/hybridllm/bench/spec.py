@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import statistics
 import time
 from typing import Any
 
@@ -96,8 +97,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         help="--serve: comma-separated concurrency levels.")
     parser.add_argument("--num-prompts", type=int, default=16,
                         help="--serve: copy chats per level (at least the concurrency).")
-    parser.add_argument("--rounds", type=int, default=2,
-                        help="--serve: off/on runs per level, alternating; medians reported.")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="Off/on runs per case (or level), alternating; medians reported.")
     parser.add_argument("--result-json", default=None)
     parser.set_defaults(func=run)
 
@@ -127,8 +128,6 @@ def _measure(llm: Any, prompts: list[Any], params: Any, batch: int) -> dict[str,
 
 def serve(args: argparse.Namespace) -> int:
     """Copy-heavy chats served by `serve --rust-frontend`, speculation off and on."""
-    import statistics
-
     from hybridllm.bench.client import build_payload
     from hybridllm.bench.launch import start_server
     from hybridllm.bench.serve import first_model, run_level
@@ -175,6 +174,11 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _median_run(runs: list[dict[str, float]]) -> dict[str, float]:
+    """Median tok/s over the rounds; the counters (the same every round) from the first."""
+    return runs[0] | {"tok_s": statistics.median(r["tok_s"] for r in runs)}
+
+
 def run(args: argparse.Namespace) -> int:
     if args.serve:
         return serve(args)
@@ -208,18 +212,26 @@ def run(args: argparse.Namespace) -> int:
               RANDOM_TARGET)]
     results: dict[str, Any] = {"speculative_config": spec, "cpu_flags": cpu_flags(), "cases": {}}
     failed = []
+    rounds = 1 if args.quick else args.rounds
     for name, prompts, params, batch, target in cases:
-        off = _measure(engines["off"], prompts, params, batch)
-        on = _measure(engines["on"], prompts, params, batch)
-        ratio = on["tok_s"] / off["tok_s"] if off["tok_s"] else 0.0
+        # Off and on alternate, rounds times (a shared machine's load drifts): the medians of
+        # each side's tok/s and of the rounds' ratios.
+        runs: dict[str, list[dict[str, float]]] = {"off": [], "on": []}
+        for r in range(rounds):
+            for side in ("off", "on") if r % 2 == 0 else ("on", "off"):
+                runs[side].append(_measure(engines[side], prompts, params, batch))
+        off, on = (_median_run(runs[side]) for side in ("off", "on"))
+        ratio = statistics.median(b["tok_s"] / a["tok_s"] if a["tok_s"] else 0.0
+                                  for a, b in zip(runs["off"], runs["on"]))
         ok = ratio >= target
         if not ok:
             failed.append(name)
-        results["cases"][name] = {"off": off, "on": on, "ratio": ratio, "target": target}
+        results["cases"][name] = {"off": off, "on": on, "ratio": ratio, "target": target,
+                                  "rounds": rounds}
         print(f"{name:>18}: off {off['tok_s']:7.1f} tok/s, on {on['tok_s']:7.1f} tok/s, "
-              f"ratio {ratio:.2f}x (target {target}x: {'met' if ok else 'MISSED'}); "
-              f"acceptance {on['acceptance_rate']:.1%}, mean accepted length "
-              f"{on['mean_accepted_len']:.2f} over {on['num_drafts']} verify steps",
+              f"ratio {ratio:.2f}x (target {target}x: {'met' if ok else 'MISSED'}; median of "
+              f"{rounds}); acceptance {on['acceptance_rate']:.1%}, mean accepted length "
+              f"{on['mean_accepted_len']:.2f} over {on['num_drafts']:.0f} verify steps",
               flush=True)
     if args.result_json:
         with open(args.result_json, "w", encoding="utf-8") as f:

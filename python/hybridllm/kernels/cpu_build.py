@@ -19,9 +19,13 @@ import torch
 
 logger = logging.getLogger(__name__)
 CSRC = Path(__file__).parent / "csrc"
+# at::parallel_for spreads work over torch's intra-op threads only where the kernel is compiled
+# with OpenMP (else it runs the loop on one thread). Not linked with -fopenmp: the GOMP symbols
+# resolve to the OpenMP runtime torch already loaded, so kernels and torch share one pool.
+OPENMP = ["-fopenmp"]
 # fast-math lets the compiler vectorize exp and reductions (a few ulps of reordering, checked
 # against each kernel's reference); infinities keep their meaning.
-FAST_MATH = ["-O3", "-march=native", "-ffast-math", "-fno-finite-math-only"]
+FAST_MATH = ["-O3", "-march=native", "-ffast-math", "-fno-finite-math-only", *OPENMP]
 
 
 def build(name: str, source_name: str, cflags: list[str]) -> ModuleType | None:

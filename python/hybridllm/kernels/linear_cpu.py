@@ -13,13 +13,13 @@ from types import ModuleType
 
 import torch
 
-from hybridllm.kernels.cpu_build import build
+from hybridllm.kernels.cpu_build import OPENMP, build
 
 LANES = 16  # output columns per panel
 
 # No fast-math: every output must be one sum over k in order, whichever tile height the
 # compiler instantiates, so that results do not depend on the batch.
-_CFLAGS = ["-O3", "-march=native"]
+_CFLAGS = ["-O3", "-march=native", *OPENMP]
 
 
 @lru_cache(maxsize=1)

@@ -21,9 +21,10 @@ from torch import nn
 
 from hybridllm.kernels import linear_cpu
 
-# Calls with at most this many rows go through the panel kernel (one register tile of rows on
-# AVX-512, two on AVX2); larger ones through oneDNN.
-PANEL_ROWS = 8
+# Calls with at most this many rows go through the panel kernel, larger ones through oneDNN.
+# Measured on a 2-core Zen 4 (all 121 linears of the default model, 2 threads): the panels
+# took 0.66x oneDNN's time at 1 row, 0.54x at 5, 0.57x at 16, 0.80x at 64 (docs/benchmarks.md).
+PANEL_ROWS = 64
 
 
 def available(dtype: torch.dtype) -> bool:
