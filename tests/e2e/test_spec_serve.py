@@ -13,13 +13,13 @@ import openai
 import pytest
 
 from hybridllm import LLM, SamplingParams
-from hybridllm.bench.spec import PARAGRAPHS
+from hybridllm.bench.spec import COPY_ASKS, PARAGRAPHS
 from tests.launch import Server, start, stop
 
 SPEC = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4,
         "prompt_lookup_min": 2}
 MAX_TOKENS = 48
-MESSAGES = [{"role": "user", "content": f"Repeat this paragraph exactly: {PARAGRAPHS[0]}"}]
+MESSAGES = [{"role": "user", "content": COPY_ASKS[0].format(PARAGRAPHS[1])}]
 
 
 @pytest.fixture(scope="module")

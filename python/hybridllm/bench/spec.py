@@ -1,6 +1,7 @@
 """`hybridllm bench spec`: n-gram speculative decoding on vs off, same run, offline engine.
 
-Copy-heavy prompts (repeat a paragraph of real prose) at batch 1, where prompt lookup should
+Copy-heavy prompts (proofread a paragraph of real prose: the model writes it out again) at
+batch 1, where prompt lookup should
 pay (target: 2.0x the output tok/s without speculation), and random prompts at batch 1 and
 16, where it finds nothing to copy and must not cost much (target: 0.95x). Prints tok/s, the
 ratios, the acceptance rate and the mean accepted length, and the CPU's SIMD flags.
@@ -44,11 +45,16 @@ PARAGRAPHS = [
 
 
 def copy_prompt(paragraph: str) -> str:
-    return f"Repeat this paragraph exactly.\n\nParagraph: {paragraph}\n\nRepeated: "
+    """A proofreading request, which the bundled model answers by copying the text (asked to
+    "repeat" it, it copied one paragraph of three and wrote an alphabet for another)."""
+    return ("Please proofread the following text and return it unchanged if it has no "
+            f"errors.\n\nText: {paragraph}\n\nCorrected text: ")
 
 
-COPY_ASKS = ["Repeat this paragraph exactly: {}", "Copy this text word for word:\n\n{}",
-             "Write out the following passage again, unchanged.\n\n{}"]
+# Chat requests the bundled model answers by writing the text out again (checked by hand).
+COPY_ASKS = ["Fix any spelling mistakes in this text and write out the whole text:\n\n{}",
+             "Fix any typos in this text and write out the whole text:\n\n{}",
+             "Fix any grammar mistakes in this text and write out the whole text:\n\n{}"]
 
 
 def copy_chats(n: int) -> list[str]:
