@@ -54,8 +54,7 @@ REFUSED_SAMPLES: dict[str, dict[str, Any]] = {
     },
     "CompletionRequest": {"suffix": "x", "prompt_embeds": "AAAA", **VLLM_REFUSED},
     "ResponsesRequest": {
-        "background": True, "include": ["message.output_text.logprobs"],
-        "prompt": {"id": "p"}, "reasoning": {"effort": "low"}, "top_logprobs": 2,
+        "prompt": {"id": "p"}, "reasoning": {"effort": "low"},
         "structured_outputs": {"regex": "a"}, "vllm_xargs": {"a": 1},
         "enable_response_messages": True, "previous_response": {"id": "resp_1"},
         "kv_transfer_params": {"a": 1}, "chat_template_kwargs": {"enable_thinking": True},

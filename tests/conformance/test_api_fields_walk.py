@@ -14,8 +14,10 @@ doing what it does on these servers."""
 from __future__ import annotations
 
 import base64
+import copy
 import json
 import re
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -1133,6 +1135,46 @@ def r_tool_choice(w: Walk) -> None:
     assert (v["status"], w.out_tokens(v), v["tool_choice"]) == ("completed", CALL_TOKENS, choice)
 
 
+LOGPROBS_INCLUDE = "message.output_text.logprobs"
+
+
+def r_include(w: Walk) -> None:
+    """The message's token logprobs (vLLM's shape: chat's entries, top_logprobs empty at 0),
+    the answer otherwise the baseline's with top_logprobs echoed."""
+    v = copy.deepcopy(w.ask({"include": [LOGPROBS_INCLUDE]}))
+    lps = v["output"][0]["content"][0].pop("logprobs")
+    chat = w.walks[CHAT].ask({"logprobs": True})["choices"][0]["logprobs"]["content"]
+    assert_equal(lps, chat, 1e-4, "responses vs chat logprobs")
+    same_but(v, w.baseline, top_logprobs=0)
+
+
+def r_top_logprobs(w: Walk) -> None:
+    """The alternatives: vLLM's logprobs dict in order (the sampled token, then the most
+    likely others), so with greedy sampling chat's top_logprobs."""
+    v = w.ask({"include": [LOGPROBS_INCLUDE], "top_logprobs": 3})
+    chat = w.walks[CHAT].ask({"logprobs": True, "top_logprobs": 3})
+    assert_equal(v["output"][0]["content"][0]["logprobs"],
+                 chat["choices"][0]["logprobs"]["content"], 1e-4, "responses vs chat")
+    assert v["top_logprobs"] == 3
+
+
+def r_background(w: Walk) -> None:
+    """Answered at once as queued, then (polled) the baseline's answer."""
+    def run(mode: str, s: Server) -> Any:
+        q = s.post("/v1/responses", {**w.base, "store": True, "background": True}).json()
+        assert (q["status"], q["output"], q["usage"]) == ("queued", [], None), q
+        deadline = time.monotonic() + 60
+        while (got := s.http.get(f"/v1/responses/{q['id']}").json())["status"] in (
+                "queued", "in_progress"):
+            assert time.monotonic() < deadline, got
+            time.sleep(0.05)
+        return masked(got)
+
+    results = w.each(run)
+    assert_same(results)
+    same_but(results["rust"], w.baseline, background=True, store=True)
+
+
 # -- the tables -----------------------------------------------------------------------------------
 
 Probe = Callable[[Walk], None]
@@ -1176,6 +1218,7 @@ PROBES: dict[str, dict[str, Probe]] = {
         "previous_response_id": r_previous_response_id, "service_tier": r_service_tier,
         "store": r_store, "text": r_text, "tool_choice": r_tool_choice, "tools": r_tools,
         "truncation": r_truncation, "prompt_cache_key": r_prompt_cache_key,
+        "include": r_include, "top_logprobs": r_top_logprobs, "background": r_background,
     },
 }
 GENERATE = [(cls, field) for cls, probes in PROBES.items() for field in probes]

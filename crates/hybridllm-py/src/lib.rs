@@ -930,6 +930,20 @@ impl ResponseStore {
             .map_err(api_error)
     }
 
+    /// POST /v1/responses/{id}/cancel's body (the background response, cancelled); raises
+    /// ApiError.
+    #[pyo3(signature = (id, owner))]
+    fn cancel(&self, id: &str, owner: Option<&str>) -> PyResult<String> {
+        core_responses::cancel(&self.inner, id, owner).map_err(api_error)
+    }
+
+    /// GET /v1/responses/{id}'s query (`stream`); raises ApiError.
+    #[staticmethod]
+    #[pyo3(signature = (stream))]
+    fn check_retrieve_query(stream: Option<&str>) -> PyResult<()> {
+        core_responses::check_retrieve_query(stream).map_err(api_error)
+    }
+
     /// GET /v1/responses/{id}/input_items's body, from the query's values; raises ApiError.
     #[pyo3(signature = (id, owner, order, limit, after))]
     fn input_items(
@@ -986,6 +1000,12 @@ impl ResponsesCall {
             store: store.inner.clone(),
             call: Some(call),
         })
+    }
+
+    /// `background: true`: answer with `queued()` and run it as a request not streamed.
+    #[getter]
+    fn background(&self) -> PyResult<bool> {
+        Ok(self.call()?.background())
     }
 
     /// The prompt without the conversation's `first` oldest turns.
@@ -1080,6 +1100,33 @@ impl ResponsesResponse {
 
     fn closing<'py>(&mut self, py: Python<'py>) -> Bound<'py, PyBytes> {
         PyBytes::new(py, &self.inner.closing(&self.store))
+    }
+
+    /// The response's id.
+    #[getter]
+    fn id(&self) -> String {
+        self.inner.id().to_string()
+    }
+
+    /// A background response's answer (`queued`), stored at once.
+    fn queued(&mut self) -> String {
+        self.inner.queued(&self.store)
+    }
+
+    /// A background response's engine request has started: `in_progress`.
+    fn started(&self) {
+        self.inner.started(&self.store);
+    }
+
+    /// A background response's engine request failed with this ApiError: `failed`.
+    fn failed(&self, e: &Bound<'_, PyAny>) -> PyResult<()> {
+        let (status, body, _): (u16, String, Py<PyAny>) = e.getattr("args")?.extract()?;
+        let body = parse_json("error body", &body)?;
+        let field = |k: &str| body["error"][k].as_str().map(str::to_string);
+        let e =
+            CoreError::with_status(status, field("message").unwrap_or_default(), field("param"));
+        self.inner.failed(&self.store, &e);
+        Ok(())
     }
 
     fn body(&mut self) -> PyResult<String> {

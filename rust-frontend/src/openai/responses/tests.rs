@@ -241,7 +241,8 @@ async fn store_false_is_not_kept() {
 #[tokio::test]
 async fn unsupported_fields_are_refused_by_name() {
     let cases = [
-        (json!({"background": true}), "background"),
+        (json!({"background": true, "store": false}), "background"),
+        (json!({"background": true, "stream": true}), "stream"),
         (json!({"tools": [{"type": "web_search"}]}), "tools[0].type"),
         (json!({"tool_choice": "required"}), "tool_choice"),
         (json!({"reasoning": {"effort": "low"}}), "reasoning"),
