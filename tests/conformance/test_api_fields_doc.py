@@ -61,10 +61,7 @@ REFUSED_SAMPLES: dict[str, dict[str, Any]] = {
         "previous_input_messages": [{"role": "user", "content": "x"}], **MULTIMODAL,
     },
     "EmbeddingCompletionRequest": {
-        "truncation_side": "left", "priority": 2, "padding": "max_length",
-        "messages": [{"role": "user", "content": "x"}], "add_generation_prompt": True,
-        "continue_final_message": True, "chat_template": "{{ 'x' }}",
-        "chat_template_kwargs": {"a": 1}, **MULTIMODAL,
+        "truncation_side": "left", "priority": 2, "padding": "max_length", **MULTIMODAL,
     },
 }
 BASES = {

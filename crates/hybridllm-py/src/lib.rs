@@ -1205,6 +1205,18 @@ impl EmbeddingResponse {
     fn body<'py>(&self, py: Python<'py>, vectors: Vec<Vec<f32>>) -> Bound<'py, PyBytes> {
         PyBytes::new(py, &self.inner.body(vectors))
     }
+
+    /// With `encoding_format` "bytes" or "bytes_only": (body, content type, the `metadata`
+    /// header or None); else None (the answer is `body`'s JSON).
+    #[allow(clippy::type_complexity)]
+    fn raw<'py>(
+        &self,
+        py: Python<'py>,
+        vectors: Vec<Vec<f32>>,
+    ) -> Option<(Bound<'py, PyBytes>, &'static str, Option<String>)> {
+        let raw = self.inner.raw(&vectors)?;
+        Some((PyBytes::new(py, &raw.body), raw.content_type, raw.metadata))
+    }
 }
 
 /// POST /tokenize's body, valid: the text to tokenize and whether with special tokens

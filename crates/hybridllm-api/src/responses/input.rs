@@ -204,13 +204,15 @@ impl ResponsesRequest {
         for v in self.include.iter().flatten() {
             match v.as_str() {
                 Some(OUTPUT_LOGPROBS) => wanted = true,
-                Some(other) => return Err(ApiError::bad_param(
-                    "include",
-                    format!(
+                Some(other) => {
+                    return Err(ApiError::bad_param(
+                        "include",
+                        format!(
                         "include value {} is not supported: only \"{OUTPUT_LOGPROBS}\" is served.",
                         json!(other)
                     ),
-                )),
+                    ))
+                }
                 None => {
                     return Err(ApiError::bad_param(
                         "include",
