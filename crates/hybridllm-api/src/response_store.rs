@@ -35,6 +35,11 @@ impl ResponseStore {
         }
     }
 
+    /// Whether it keeps anything (a capacity above 0).
+    pub fn enabled(&self) -> bool {
+        self.map.is_some()
+    }
+
     /// Stores it under `id`, dropping the least recently used entry when full.
     pub fn put(&self, id: String, r: StoredResponse) {
         if let Some(m) = &self.map {

@@ -115,6 +115,14 @@ impl ResponsesCall {
         };
         let top_logprobs = req.output_logprobs()?;
         let background = req.check_background()?;
+        if background && !store.enabled() {
+            // vLLM's refusal when its store is off, for this server's switch.
+            return Err(ApiError::bad_param(
+                "background",
+                "This server keeps no responses (--responses-store-size 0) and therefore does \
+                 not support the background mode.",
+            ));
+        }
         let sampling = req.sampling(ctx.max_tokens_limit)?;
         let mut params = sampling.validate(top_logprobs.map(i64::from), ctx.vocab_size)?;
         params.constrain(req.text_constraint()?)?;
@@ -1123,6 +1131,16 @@ mod tests {
             cancel(&store, "resp_x", None),
             Err(ApiError::NotFound(_))
         ));
+        // A store that keeps nothing: no background mode.
+        let none = ResponseStore::new(0);
+        let req = parse_body::<ResponsesRequest>(
+            json!({"input": "Hello", "background": true})
+                .to_string()
+                .as_bytes(),
+        )
+        .unwrap();
+        let e = ResponsesCall::new(&ctx, req, &none, None).err().unwrap();
+        assert_eq!(e.body()["error"]["param"], "background");
         // A failure: failed, with its error.
         let mut resp = new(json!({"input": "Hello", "background": true}));
         resp.queued(&store);
