@@ -299,6 +299,7 @@ pub fn state(engine: Arc<FakeEngine>) -> Arc<AppState> {
         tokenizer_path: String::new(),
         metrics: Arc::new(Metrics::new()),
         responses: hybridllm_api::response_store::ResponseStore::new(8),
+        background: Default::default(),
         created: 0,
     })
 }

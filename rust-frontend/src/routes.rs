@@ -71,6 +71,11 @@ pub fn table() -> Vec<Route> {
             delete(openai::responses::delete),
         ),
         route(
+            Method::POST,
+            "/v1/responses/{response_id}/cancel",
+            post(openai::responses::cancel),
+        ),
+        route(
             Method::GET,
             "/v1/responses/{response_id}/input_items",
             get(openai::responses::input_items),

@@ -172,6 +172,7 @@ pub async fn build_state(args: &ServeArgs) -> anyhow::Result<Arc<AppState>> {
         tokenizer_path: info.tokenizer_path,
         metrics,
         responses,
+        background: Default::default(),
         created: hybridllm_api::usage::now(),
         config,
     }))

@@ -33,6 +33,9 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// `/v1/responses` objects created with `store: true`.
     pub responses: ResponseStore,
+    /// The tasks running background responses, by response id (a cancel aborts its task,
+    /// which drops its engine stream and so aborts the engine request).
+    pub background: std::sync::Mutex<std::collections::HashMap<String, tokio::task::AbortHandle>>,
     pub created: i64,
 }
 

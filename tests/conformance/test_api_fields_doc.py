@@ -54,18 +54,14 @@ REFUSED_SAMPLES: dict[str, dict[str, Any]] = {
     },
     "CompletionRequest": {"suffix": "x", "prompt_embeds": "AAAA", **VLLM_REFUSED},
     "ResponsesRequest": {
-        "background": True, "include": ["message.output_text.logprobs"],
-        "prompt": {"id": "p"}, "reasoning": {"effort": "low"}, "top_logprobs": 2,
+        "prompt": {"id": "p"}, "reasoning": {"effort": "low"},
         "structured_outputs": {"regex": "a"}, "vllm_xargs": {"a": 1},
         "enable_response_messages": True, "previous_response": {"id": "resp_1"},
         "kv_transfer_params": {"a": 1}, "chat_template_kwargs": {"enable_thinking": True},
         "previous_input_messages": [{"role": "user", "content": "x"}], **MULTIMODAL,
     },
     "EmbeddingCompletionRequest": {
-        "truncation_side": "left", "priority": 2, "padding": "max_length",
-        "messages": [{"role": "user", "content": "x"}], "add_generation_prompt": True,
-        "continue_final_message": True, "chat_template": "{{ 'x' }}",
-        "chat_template_kwargs": {"a": 1}, **MULTIMODAL,
+        "truncation_side": "left", "priority": 2, "padding": "max_length", **MULTIMODAL,
     },
 }
 BASES = {

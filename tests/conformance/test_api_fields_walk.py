@@ -14,8 +14,10 @@ doing what it does on these servers."""
 from __future__ import annotations
 
 import base64
+import copy
 import json
 import re
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -1133,6 +1135,46 @@ def r_tool_choice(w: Walk) -> None:
     assert (v["status"], w.out_tokens(v), v["tool_choice"]) == ("completed", CALL_TOKENS, choice)
 
 
+LOGPROBS_INCLUDE = "message.output_text.logprobs"
+
+
+def r_include(w: Walk) -> None:
+    """The message's token logprobs (vLLM's shape: chat's entries, top_logprobs empty at 0),
+    the answer otherwise the baseline's with top_logprobs echoed."""
+    v = copy.deepcopy(w.ask({"include": [LOGPROBS_INCLUDE]}))
+    lps = v["output"][0]["content"][0].pop("logprobs")
+    chat = w.walks[CHAT].ask({"logprobs": True})["choices"][0]["logprobs"]["content"]
+    assert_equal(lps, chat, 1e-4, "responses vs chat logprobs")
+    same_but(v, w.baseline, top_logprobs=0)
+
+
+def r_top_logprobs(w: Walk) -> None:
+    """The alternatives: vLLM's logprobs dict in order (the sampled token, then the most
+    likely others), so with greedy sampling chat's top_logprobs."""
+    v = w.ask({"include": [LOGPROBS_INCLUDE], "top_logprobs": 3})
+    chat = w.walks[CHAT].ask({"logprobs": True, "top_logprobs": 3})
+    assert_equal(v["output"][0]["content"][0]["logprobs"],
+                 chat["choices"][0]["logprobs"]["content"], 1e-4, "responses vs chat")
+    assert v["top_logprobs"] == 3
+
+
+def r_background(w: Walk) -> None:
+    """Answered at once as queued, then (polled) the baseline's answer."""
+    def run(mode: str, s: Server) -> Any:
+        q = s.post("/v1/responses", {**w.base, "store": True, "background": True}).json()
+        assert (q["status"], q["output"], q["usage"]) == ("queued", [], None), q
+        deadline = time.monotonic() + 60
+        while (got := s.http.get(f"/v1/responses/{q['id']}").json())["status"] in (
+                "queued", "in_progress"):
+            assert time.monotonic() < deadline, got
+            time.sleep(0.05)
+        return masked(got)
+
+    results = w.each(run)
+    assert_same(results)
+    same_but(results["rust"], w.baseline, background=True, store=True)
+
+
 # -- the tables -----------------------------------------------------------------------------------
 
 Probe = Callable[[Walk], None]
@@ -1176,6 +1218,7 @@ PROBES: dict[str, dict[str, Probe]] = {
         "previous_response_id": r_previous_response_id, "service_tier": r_service_tier,
         "store": r_store, "text": r_text, "tool_choice": r_tool_choice, "tools": r_tools,
         "truncation": r_truncation, "prompt_cache_key": r_prompt_cache_key,
+        "include": r_include, "top_logprobs": r_top_logprobs, "background": r_background,
     },
 }
 GENERATE = [(cls, field) for cls, probes in PROBES.items() for field in probes]
@@ -1248,12 +1291,80 @@ def e_add_special_tokens(w: Walk) -> None:
 
 
 def e_encoding_format(w: Walk) -> None:
-    """base64: the float32 vector's little-endian bytes."""
+    """base64: the float32 vector's little-endian bytes; vLLM's bytes and bytes_only: those
+    bytes as the body (test_embeddings.py::test_bytes_encoding_as_vllm)."""
     v = w.ask({"encoding_format": "base64"})
     assert isinstance(v["data"][0]["embedding"], str)
     (got,), (want,) = _vectors(v), _vectors(w.baseline)
     assert got.tobytes() == want.tobytes()
+    for fmt in ("bytes", "bytes_only"):
+        raw = w.each(lambda m, s, fmt=fmt: s.post(w.path, {**w.base, "encoding_format": fmt}))
+        assert all(r.status_code == 200 and r.content == want.astype("<f4").tobytes()
+                   for r in raw.values()), fmt
     same_but(w.ask({"encoding_format": "float"}), w.baseline)
+
+
+# The chat form (vLLM's EmbeddingChatRequest). all-MiniLM-L6-v2 has no chat template: each
+# probe gives one, and the rendered text, embedded without the tokenizer's special tokens
+# (the chat form's default), is that text's vector as input with add_special_tokens false.
+HELLO = [{"role": "user", "content": "Hello world"}]
+CONTENT_ONLY = "{% for m in messages %}{{ m.content }}{% endfor %}"
+
+
+def _as_text(w: Walk, text: str) -> Any:
+    return w.ask({"input": text, "add_special_tokens": False})
+
+
+def e_messages(w: Walk) -> None:
+    """Two messages: the template's text of both, one vector; with add_special_tokens, the
+    text's vector with [CLS]/[SEP] (the baseline's)."""
+    turns = [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": " world"}]
+    v = w.ask({"messages": turns, "chat_template": CONTENT_ONLY}, merge=False)
+    same_but(v, _as_text(w, "Hello world"))
+    same_but(w.ask({"messages": turns, "chat_template": CONTENT_ONLY,
+                    "add_special_tokens": True}, merge=False), w.baseline)
+    assert w.error({"messages": HELLO, "chat_template": CONTENT_ONLY})["param"] == "messages"
+
+
+def e_chat_template(w: Walk) -> None:
+    """The request's template renders the messages; without one this model has none."""
+    v = w.ask({"messages": HELLO, "chat_template":
+               "{% for m in messages %}{{ m.role }}: {{ m.content }}{% endfor %}"}, merge=False)
+    same_but(v, _as_text(w, "user: Hello world"))
+    assert w.ask({"messages": HELLO}, merge=False, status=400)["error"]["message"] == (
+        "This model has no chat template; pass `chat_template` or use /v1/completions.")
+
+
+def e_add_generation_prompt(w: Walk) -> None:
+    """The template's generation prompt, off by default (vLLM's EmbeddingChatRequest)."""
+    template = CONTENT_ONLY + "{% if add_generation_prompt %} Answer:{% endif %}"
+    on = w.ask({"messages": HELLO, "chat_template": template, "add_generation_prompt": True},
+               merge=False)
+    same_but(on, _as_text(w, "Hello world Answer:"))
+    same_but(w.ask({"messages": HELLO, "chat_template": template}, merge=False),
+             _as_text(w, "Hello world"))
+
+
+def e_continue_final_message(w: Walk) -> None:
+    """The rendered text cut after the last message's content; not with the generation
+    prompt (vLLM's 400)."""
+    template = "{% for m in messages %}{{ m.content }} END{% endfor %}"
+    v = w.ask({"messages": HELLO, "chat_template": template, "continue_final_message": True},
+              merge=False)
+    same_but(v, _as_text(w, "Hello world"))
+    same_but(w.ask({"messages": HELLO, "chat_template": template}, merge=False),
+             _as_text(w, "Hello world END"))
+    err = w.ask({"messages": HELLO, "chat_template": template, "continue_final_message": True,
+                 "add_generation_prompt": True}, merge=False, status=400)["error"]
+    assert err["message"] == ("Cannot set both `continue_final_message` and "
+                              "`add_generation_prompt` to True.")
+
+
+def e_chat_template_kwargs(w: Walk) -> None:
+    """More template variables."""
+    v = w.ask({"messages": HELLO, "chat_template": "{{ lead }}" + CONTENT_ONLY,
+               "chat_template_kwargs": {"lead": "Say: "}}, merge=False)
+    same_but(v, _as_text(w, "Say: Hello world"))
 
 
 def e_dimensions(w: Walk) -> None:
@@ -1320,7 +1431,10 @@ EMBED_PROBES: dict[str, Probe] = {
     "request_id": e_request_id, "cache_salt": e_cache_salt, "input": e_input,
     "add_special_tokens": e_add_special_tokens, "encoding_format": e_encoding_format,
     "dimensions": e_dimensions, "use_activation": e_use_activation,
-    "embed_dtype": e_embed_dtype, "endianness": e_endianness,
+    "embed_dtype": e_embed_dtype, "endianness": e_endianness, "messages": e_messages,
+    "chat_template": e_chat_template, "add_generation_prompt": e_add_generation_prompt,
+    "continue_final_message": e_continue_final_message,
+    "chat_template_kwargs": e_chat_template_kwargs,
 }
 
 

@@ -176,13 +176,13 @@ ERRORS: list[tuple[str, int, str | Foreign | None]] = [
      "larger than the model's maximum input length of 256 tokens."),
     ('{"input":"a b c","truncate_prompt_tokens":2}', 400, None),
     ('{"input":"a","encoding_format":"int8"}', 400,
-     "encoding_format must be 'float' or 'base64', got 'int8'."),
+     "encoding_format must be 'float', 'base64', 'bytes' or 'bytes_only', got 'int8'."),
     ('{"input":"a","dimensions":128}', 400, None),
     ('{"input":"a","dimensions":"x"}', 400, TYPE_ERROR),
     ('{"input":"a","encoding_format":1}', 400, TYPE_ERROR),
     ('{"input":"a","truncate_prompt_tokens":1.5}', 400, TYPE_ERROR),
     ('{"input":"a","normalize":"yes"}', 400, TYPE_ERROR),
-    ("{}", 400, Foreign("deserializer", "Invalid request: missing field `input`")),
+    ("{}", 400, "input is required (or, vLLM's chat form, messages)."),
     ('{"input":"a","model":"nope"}', 404, "The model `nope` does not exist."),
     ('{"input":"a","cache_salt":""}', 400, "cache_salt must be a non-empty string."),
     ('{"input":"a","priority":2}', 400, "priority is not supported: an embedding step takes "
@@ -194,7 +194,7 @@ ERRORS: list[tuple[str, int, str | Foreign | None]] = [
     ('{"input":"a","truncation_side":"left"}', 400, "truncation_side is not supported: "
      'truncate_prompt_tokens keeps an input\'s first tokens ("right" is served).'),
 ]
-PARAMS = {"input": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15],
+PARAMS = {"input": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 26],
           "truncate_prompt_tokens": [16, 17, 18, 19], "encoding_format": [20],
           "dimensions": [21], "priority": [len(ERRORS) - 4], "embed_dtype": [len(ERRORS) - 3],
           "endianness": [len(ERRORS) - 2], "truncation_side": [len(ERRORS) - 1],
@@ -239,13 +239,9 @@ def test_generative_model_refuses_embeddings(servers: dict) -> None:
 
 
 def test_every_refused_field_is_a_400_naming_it(embed_servers: dict) -> None:
-    """docs/api_fields.md's refused embedding rows (the chat form, multimodal options,
-    padding, ...), walked as test_api_fields_doc walks the generate endpoints'."""
+    """docs/api_fields.md's refused embedding rows (multimodal options, padding, ...),
+    walked as test_api_fields_doc walks the generate endpoints'."""
     walk_refused(embed_servers, "EmbeddingCompletionRequest")
-    # `messages` is named even without `input`.
-    for s in embed_servers.values():
-        r = s.post(E, {"messages": [{"role": "user", "content": "Hi"}]})
-        assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
 
 
 def test_request_id_names_the_response(embed_servers: dict) -> None:
@@ -363,3 +359,64 @@ def test_embed_dtype_and_endianness(embed_servers: dict, dtype: str, endianness:
         assert same["data"] == floats, mode  # encoding_format float: no effect
     r = embed_servers["rust"].post(E, {**body, "embed_dtype": "fp8_e4m3"})
     assert r.status_code == 400 and r.json()["error"]["param"] == "embed_dtype"
+
+
+@pytest.mark.parametrize(("dtype", "endianness"),
+                         [("float32", "native"), ("float16", "big"), ("bfloat16", "little")])
+def test_bytes_encoding_as_vllm(embed_servers: dict, dtype: str, endianness: str) -> None:
+    """vLLM's encoding_format "bytes" (pooling/embed/serving.py and pooling/utils.py,
+    vLLM main at 00d8e27a / 055e47c2): the body is every vector's bytes one after the other
+    (application/octet-stream), the base64 answer's bytes exactly; the `metadata` header is
+    json.dumps of {id, created, model, data: [{index, embed_dtype, endianness, start, end,
+    shape}], usage}; "bytes_only" is the same body without the header."""
+    body = {"input": ["hello", "Hello world!"], "embed_dtype": dtype, "endianness": endianness,
+            "request_id": "bytes-1"}
+    width = 4 if dtype == "float32" else 2
+    for mode, s in embed_servers.items():
+        b64 = s.post(E, {**body, "encoding_format": "base64"}).json()
+        want = b"".join(base64.b64decode(d["embedding"]) for d in b64["data"])
+        r = s.post(E, {**body, "encoding_format": "bytes"})
+        assert r.status_code == 200, (mode, r.text)
+        assert r.headers["content-type"] == "application/octet-stream", mode
+        assert r.content == want, mode
+        meta_text = r.headers["metadata"]
+        meta = json.loads(meta_text)
+        assert meta_text == json.dumps(meta), mode  # Python's separators, as vLLM's
+        assert meta["created"] > 0
+        assert {**meta, "created": 0} == {
+            "id": "embd-bytes-1", "created": 0, "model": "all-MiniLM-L6-v2",
+            "data": [{"index": i, "embed_dtype": dtype, "endianness": endianness,
+                      "start": i * 384 * width, "end": (i + 1) * 384 * width, "shape": [384]}
+                     for i in range(2)],
+            "usage": {"prompt_tokens": b64["usage"]["prompt_tokens"],
+                      "total_tokens": b64["usage"]["total_tokens"]}}, mode
+        only = s.post(E, {**body, "encoding_format": "bytes_only"})
+        assert only.status_code == 200 and only.content == want, mode
+        assert "metadata" not in only.headers, mode
+
+
+def test_chat_form_as_vllm(embed_servers: dict) -> None:
+    """vLLM's EmbeddingChatRequest (pooling/base/protocol.py at 020638a6): messages rendered
+    by the chat template (all-MiniLM-L6-v2 has none: the request's), embedded as one input
+    without special tokens by default; the same vector and usage as that text given as input
+    with add_special_tokens false. Both input and messages, or no template, are 400s."""
+    template = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+    turns = [{"role": "user", "content": "Hello world"}, {"role": "assistant", "content": "Hi"}]
+    text = "user: Hello world\nassistant: Hi\n"
+    for mode, s in embed_servers.items():
+        r = s.post(E, {"messages": turns, "chat_template": template})
+        assert r.status_code == 200, (mode, r.text)
+        chat = r.json()
+        plain = s.post(E, {"input": text, "add_special_tokens": False}).json()
+        assert chat["usage"] == plain["usage"], mode
+        assert np.allclose(chat["data"][0]["embedding"], plain["data"][0]["embedding"],
+                           atol=1e-6), mode
+        with_special = s.post(E, {"messages": turns, "chat_template": template,
+                                  "add_special_tokens": True}).json()
+        assert with_special["usage"]["prompt_tokens"] == chat["usage"]["prompt_tokens"] + 2
+        both = s.post(E, {"input": "x", "messages": turns, "chat_template": template})
+        assert both.status_code == 400 and both.json()["error"]["param"] == "messages", mode
+        none = s.post(E, {"messages": turns})
+        assert none.status_code == 400, mode
+        assert none.json()["error"]["message"] == (
+            "This model has no chat template; pass `chat_template` or use /v1/completions.")

@@ -4,6 +4,7 @@ items, continue with previous_response_id, delete) through the official openai c
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import openai
@@ -100,7 +101,9 @@ def test_stream_equals_full(servers: dict) -> None:
 
 
 ERRORS: list[tuple[dict[str, Any], str | None]] = [
-    ({"background": True}, "background"),
+    # background needs store (vLLM's check) and is not streamed here.
+    ({"background": True, "store": False}, "background"),
+    ({"background": True, "stream": True}, "stream"),
     # Tools imply tool_choice "auto", which needs vLLM's tool flags (these servers have none).
     ({"tools": [{"type": "function", "name": "f", "parameters": {}}]}, "tool_choice"),
     ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
@@ -112,8 +115,11 @@ ERRORS: list[tuple[dict[str, Any], str | None]] = [
      "text.format.schema"),
     ({"text": {"format": {"type": "xml"}}}, "text.format"),
     ({"text": "plain"}, "text"),
-    ({"include": ["message.output_text.logprobs"]}, "include"),
+    # Only the message's logprobs are served; top_logprobs alone would be ignored.
+    ({"include": ["reasoning.encrypted_content"]}, "include"),
+    ({"include": ["message.output_text.logprobs", 5]}, "include"),
     ({"top_logprobs": 2}, "top_logprobs"),
+    ({"include": ["message.output_text.logprobs"], "top_logprobs": 21}, "top_logprobs"),
     ({"prompt": {"id": "pmpt_1"}}, "prompt"),
     ({"conversation": "conv_1"}, "conversation"),
     ({"truncation": "middle"}, "truncation"),
@@ -290,3 +296,136 @@ def test_auto_truncation_drops_the_oldest_turns(servers: dict) -> None:
         whole = s.post("/tokenize", {"messages": turns}).json()["count"]
         assert r["usage"]["input_tokens"] == kept < whole, mode
         assert r["truncation"] == "auto"
+
+
+LOGPROBS = "message.output_text.logprobs"
+
+
+def test_output_logprobs_as_vllm(servers: dict) -> None:
+    """include ["message.output_text.logprobs"] with top_logprobs (vLLM main, responses/
+    serving.py at 0001948b and streaming_events.py at 01e4fce0): the response object's
+    output_text carries one entry per output token, {token, logprob, bytes, top_logprobs}, the
+    top_logprobs being vLLM's logprobs dict in order (the sampled token first) cut to
+    top_logprobs; each streamed output_text.delta carries its tokens' entries without bytes;
+    top_logprobs is echoed. The tokens and logprobs are chat's for the same conversation."""
+    body = {"input": Q, "max_output_tokens": 6, "temperature": 0, "include": [LOGPROBS],
+            "top_logprobs": 2, "store": False}
+    chat_body = {"messages": [{"role": "user", "content": Q}], "max_tokens": 6,
+                 "temperature": 0, "logprobs": True, "top_logprobs": 2}
+    seen = {}
+    for mode, s in servers.items():
+        r = s.post(R, body)
+        assert r.status_code == 200, (mode, r.text)
+        v = r.json()
+        assert v["top_logprobs"] == 2
+        (part,) = v["output"][0]["content"]
+        lps = part["logprobs"]
+        assert len(lps) == v["usage"]["output_tokens"] == 6, (mode, lps)
+        chat = s.post("/v1/chat/completions", chat_body).json()["choices"][0]
+        assert chat["message"]["content"] == part["text"], mode
+        # Greedy: chat's top two are the sampled token and the next, as vLLM's dict lists them.
+        assert_equal(lps, chat["logprobs"]["content"], 1e-4, mode)
+        for e in lps:
+            assert e["bytes"] == list(e["token"].encode())
+            assert [t["token"] for t in e["top_logprobs"]][0] == e["token"]
+        assert "".join(e["token"] for e in lps) == part["text"]
+        events = parse_named_sse(s.post(R, {**body, "stream": True}).content)
+        deltas = [d for n, d in events if n == "response.output_text.delta"]
+        streamed = [e for d in deltas for e in d["logprobs"]]
+        assert_equal(streamed, [{"token": e["token"], "logprob": e["logprob"],
+                                 "top_logprobs": [{"token": t["token"], "logprob": t["logprob"]}
+                                                  for t in e["top_logprobs"]]} for e in lps],
+                     1e-4, mode)
+        done = events[-1][1]["response"]
+        assert done["top_logprobs"] == 2
+        assert_equal(done["output"][0]["content"][0]["logprobs"], lps, 1e-4, mode)
+        # Without include: no logprobs anywhere, top_logprobs null.
+        plain = s.post(R, {**body, "include": [], "top_logprobs": 0}).json()
+        assert plain["top_logprobs"] is None
+        assert "logprobs" not in plain["output"][0]["content"][0]
+        # top_logprobs 0: each entry's alternatives are empty (vLLM's `if top_logprobs`).
+        zero = s.post(R, {**body, "top_logprobs": 0}).json()
+        assert [e["top_logprobs"] for e in zero["output"][0]["content"][0]["logprobs"]] == (
+            [[]] * 6)
+        seen[mode] = [(e["token"], round(e["logprob"], 3)) for e in lps]
+    assert len({str(v) for v in seen.values()}) == 1, seen
+
+
+def _poll(s: Any, rid: str, timeout: float = 60) -> dict[str, Any]:
+    """The stored response once it is no longer queued or in progress."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = s.http.get(f"{R}/{rid}")
+        assert got.status_code == 200, got.text
+        v = got.json()
+        if v["status"] not in ("queued", "in_progress"):
+            return v
+        assert time.monotonic() < deadline, v
+        time.sleep(0.05)
+
+
+def test_background_poll_and_cancel(servers: dict) -> None:
+    """background true (vLLM main, responses/serving.py at 0001948b): answered at once as
+    queued (no output, no usage), polled with GET to the foreground answer; cancel of one
+    queued or in progress answers it cancelled and it stays so; cancelling a finished or a
+    foreground response is vLLM's 400, an unknown id a 404; GET stream=true is refused."""
+    body = {"input": Q, "max_output_tokens": 8, "temperature": 0}
+    sync_error = {"message": "Cannot cancel a synchronous response.",
+                  "type": "BadRequestError", "param": "response_id", "code": 400}
+    seen = {}
+    for mode, s in servers.items():
+        client = openai.OpenAI(base_url=s.url + "/v1", api_key=API_KEY, max_retries=0)
+        fg = s.post(R, body).json()
+        q = s.post(R, {**body, "background": True}).json()
+        assert (q["status"], q["background"], q["output"], q["usage"]) == (
+            "queued", True, [], None), (mode, q)
+        done = _poll(s, q["id"])
+        assert (done["status"], done["background"]) == (fg["status"], True), (mode, done)
+        assert done["output"][0]["content"] == fg["output"][0]["content"], mode
+        counts = ("input_tokens", "output_tokens", "total_tokens")  # cache hits differ
+        assert [done["usage"][k] for k in counts] == [fg["usage"][k] for k in counts], mode
+        for rid in (q["id"], fg["id"]):
+            r = s.post(f"{R}/{rid}/cancel")
+            assert (r.status_code, r.json()) == (400, {"error": sync_error}), (mode, r.text)
+        missing = "resp_" + "0" * 32
+        r = s.post(f"{R}/{missing}/cancel")
+        assert r.status_code == 404 and r.json()["error"]["message"] == (
+            f"Response with id '{missing}' not found."), mode
+        r = s.http.get(f"{R}/{q['id']}", params={"stream": "true"})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "stream", mode
+        # A long one, cancelled while it runs (the openai client's background and cancel).
+        long = client.responses.create(input="Count to one thousand.", max_output_tokens=400,
+                                       temperature=0, background=True,
+                                       extra_body={"ignore_eos": True})
+        assert long.status == "queued"
+        cancelled = client.responses.cancel(long.id)
+        assert (cancelled.id, cancelled.status, cancelled.output) == (long.id, "cancelled", [])
+        time.sleep(0.5)
+        got = client.responses.retrieve(long.id)
+        assert (got.status, got.output, got.usage) == ("cancelled", [], None), mode
+        with pytest.raises(openai.BadRequestError):
+            client.responses.cancel(long.id)
+        seen[mode] = done["output"][0]["content"][0]["text"]
+    assert len(set(seen.values())) == 1, seen
+
+
+def test_reasoning_input_items_are_ignored(servers: dict) -> None:
+    """A reasoning item handed back in input (as the Agents SDK does) is accepted and, with
+    no reasoning parser, not rendered (vLLM main drops it from the prompt too): the same
+    prompt and answer as without it; it is listed among the input items."""
+    reasoning = {"type": "reasoning", "id": "rs_1", "summary": [],
+                 "content": [{"type": "reasoning_text", "text": "The user asks for a city."}]}
+    turns = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"},
+             {"role": "user", "content": Q}]
+    body = {"max_output_tokens": 8, "temperature": 0}
+    for mode, s in servers.items():
+        plain = s.post(R, {**body, "input": turns}).json()
+        r = s.post(R, {**body, "input": [*turns[:1], reasoning, *turns[1:]]})
+        assert r.status_code == 200, (mode, r.text)
+        v = r.json()
+        assert v["output"][0]["content"] == plain["output"][0]["content"], mode
+        assert v["usage"]["input_tokens"] == plain["usage"]["input_tokens"], mode
+        items = s.http.get(f"{R}/{v['id']}/input_items", params={"order": "asc"}).json()
+        assert [i["type"] for i in items["data"]] == ["message", "reasoning", "message",
+                                                      "message"], mode
+        assert items["data"][1] == reasoning, mode

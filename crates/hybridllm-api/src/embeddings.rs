@@ -2,7 +2,7 @@
 //! returned as floats or base64 (little-endian float32, as the openai client decodes it).
 use crate::context::ApiContext;
 use crate::errors::ApiError;
-use crate::request::{nothing, RequestBody, Unhonoured, MULTIMODAL_OPTIONS};
+use crate::request::{RequestBody, Unhonoured, MULTIMODAL_OPTIONS};
 use crate::usage::{now, CallerId};
 use crate::validation::truncation_limit;
 use base64::Engine as _;
@@ -18,10 +18,28 @@ const BAD_INPUT: &str =
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct EmbeddingRequest {
     pub model: Option<String>,
-    /// A string, strings, token ids or lists of them (checked by `parse_inputs`).
-    #[schema(value_type = crate::completions::PromptInput)]
+    /// A string, strings, token ids or lists of them (checked by `parse_inputs`); or, instead,
+    /// `messages`.
+    #[serde(default)]
+    #[schema(value_type = Option<crate::completions::PromptInput>)]
     pub input: Value,
-    /// "float" (the default) or "base64".
+    /// vLLM's chat form (EmbeddingChatRequest): chat messages, rendered with the chat
+    /// template (the model's, or `chat_template`), the text then embedded as one input
+    /// (without the tokenizer's special tokens unless `add_special_tokens`).
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub messages: Option<Value>,
+    /// Chat form: end the prompt with the generation prompt (default false).
+    pub add_generation_prompt: Option<bool>,
+    /// Chat form: leave the last message open (default false; not with
+    /// `add_generation_prompt`).
+    pub continue_final_message: Option<bool>,
+    /// Chat form: a Jinja template instead of the model's.
+    pub chat_template: Option<String>,
+    /// Chat form: more variables for the template.
+    #[schema(value_type = Option<Object>)]
+    pub chat_template_kwargs: Option<serde_json::Map<String, Value>>,
+    /// "float" (the default), "base64", or vLLM's "bytes" (the raw vectors as the body, a
+    /// `metadata` header describing them) and "bytes_only" (the same without the header).
     pub encoding_format: Option<String>,
     /// Only the model's own (no matryoshka models).
     pub dimensions: Option<i64>,
@@ -29,14 +47,16 @@ pub struct EmbeddingRequest {
     pub user: Option<String>,
     /// -1 (the model's limit) or at least 1.
     pub truncate_prompt_tokens: Option<i64>,
+    /// Default true for `input`, false for `messages` (the template adds its own), as vLLM.
     pub add_special_tokens: Option<bool>,
     pub normalize: Option<bool>,
     /// vLLM's current name for `normalize` (which wins when both are set).
     pub use_activation: Option<bool>,
-    /// vLLM's: the dtype of base64 vectors: "float32" (the default), "float16", "bfloat16".
+    /// vLLM's: the dtype of base64 and bytes vectors: "float32" (the default), "float16",
+    /// "bfloat16".
     pub embed_dtype: Option<String>,
-    /// vLLM's: the byte order of base64 vectors: "native" (the default: little here),
-    /// "little" or "big".
+    /// vLLM's: the byte order of base64 and bytes vectors: "native" (the default: little
+    /// here), "little" or "big".
     pub endianness: Option<String>,
     /// vLLM's: the response id is `embd-<request_id>` (an `X-Request-Id` header wins).
     pub request_id: Option<String>,
@@ -67,32 +87,6 @@ const EMBEDDING_UNHONOURED: &[Unhonoured] = &[
         neutral: |v| v.as_str() == Some("do_not_pad"),
         why: "inputs are pooled as they are, under the model's attention mask \
               (\"do_not_pad\" is served)",
-    },
-    // The chat form (EmbeddingChatRequest): `messages` and its template options.
-    Unhonoured {
-        field: "messages",
-        neutral: crate::request::never,
-        why: "the chat form of embedding input is not served (use input)",
-    },
-    Unhonoured {
-        field: "add_generation_prompt",
-        neutral: nothing,
-        why: "it is an option of the chat form (messages), which is not served",
-    },
-    Unhonoured {
-        field: "continue_final_message",
-        neutral: nothing,
-        why: "it is an option of the chat form (messages), which is not served",
-    },
-    Unhonoured {
-        field: "chat_template",
-        neutral: crate::request::never,
-        why: "it is an option of the chat form (messages), which is not served",
-    },
-    Unhonoured {
-        field: "chat_template_kwargs",
-        neutral: nothing,
-        why: "it is an option of the chat form (messages), which is not served",
     },
 ];
 
@@ -189,7 +183,7 @@ fn check_options(ctx: &ApiContext, req: &EmbeddingRequest) -> Result<(), ApiErro
     one_of(
         "encoding_format",
         req.encoding_format.as_deref(),
-        &["float", "base64"],
+        &["float", "base64", "bytes", "bytes_only"],
     )?;
     one_of(
         "embed_dtype",
@@ -212,6 +206,43 @@ fn check_options(ctx: &ApiContext, req: &EmbeddingRequest) -> Result<(), ApiErro
         )),
         _ => Ok(()),
     }
+}
+
+/// The chat form's one input: `messages` rendered by the chat template (vLLM's
+/// EmbeddingChatRequest, whose generation prompt is off by default).
+fn chat_text(ctx: &ApiContext, req: &EmbeddingRequest) -> Result<String, ApiError> {
+    if !req.input.is_null() {
+        return Err(ApiError::bad_param(
+            "messages",
+            "Give either input or messages, not both.",
+        ));
+    }
+    let Some(Value::Array(messages)) = &req.messages else {
+        return Err(ApiError::bad_param(
+            "messages",
+            "messages must be a list of chat messages.",
+        ));
+    };
+    if req.add_generation_prompt == Some(true) && req.continue_final_message == Some(true) {
+        return Err(ApiError::bad(
+            "Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
+        ));
+    }
+    let args = crate::prompt::TemplateArgs {
+        add_generation_prompt: req.add_generation_prompt,
+        continue_final_message: req.continue_final_message,
+        chat_template: req.chat_template.clone(),
+        chat_template_kwargs: req.chat_template_kwargs.clone(),
+        ..Default::default()
+    };
+    let text = ctx.render_prompt(messages, &args, false)?;
+    if text.is_empty() {
+        return Err(ApiError::bad_param(
+            "messages",
+            "messages render to an empty prompt.",
+        ));
+    }
+    Ok(text)
 }
 
 /// Each input's ids as the worker gets them: tokenized, cut to `limit` keeping [CLS]/[SEP].
@@ -279,7 +310,7 @@ pub struct EmbeddingCall {
     listed: bool,
     limit: Option<usize>,
     special: bool,
-    base64: Option<Encoding>,
+    format: Format,
     pub normalize: Option<bool>,
     caller: CallerId,
     /// vLLM's generic `/pooling` endpoint: the same pooling, its own response shape.
@@ -328,22 +359,23 @@ impl EmbeddingCall {
                 "cache_salt must be a non-empty string.",
             ));
         }
-        let (inputs, listed) = parse_inputs(req.input, ctx.vocab_size)?;
+        let format = Format::new(&req);
+        let chat = req.messages.as_ref().is_some_and(|m| !m.is_null());
+        let (inputs, listed) = match chat {
+            true => (vec![Input::Text(chat_text(ctx, &req)?)], false),
+            false if req.input.is_null() => {
+                return Err(bad_input(
+                    "input is required (or, vLLM's chat form, messages).".into(),
+                ))
+            }
+            false => parse_inputs(req.input, ctx.vocab_size)?,
+        };
         Ok(EmbeddingCall {
             inputs,
             listed,
             limit,
-            special: req.add_special_tokens.unwrap_or(true),
-            base64: (req.encoding_format.as_deref() == Some("base64")).then(|| Encoding {
-                dtype: match req.embed_dtype.as_deref() {
-                    Some("float16") => Dtype::F16,
-                    Some("bfloat16") => Dtype::Bf16,
-                    _ => Dtype::F32,
-                },
-                big: req.endianness.as_deref() == Some("big")
-                    || (req.endianness.as_deref().unwrap_or("native") == "native"
-                        && cfg!(target_endian = "big")),
-            }),
+            special: req.add_special_tokens.unwrap_or(!chat),
+            format,
             normalize: req.normalize.or(req.use_activation),
             caller: CallerId {
                 body: req.request_id,
@@ -382,7 +414,7 @@ impl EmbeddingCall {
             engine_id: rid.engine,
             model: ctx.model_name().to_string(),
             prompt_tokens: ids.iter().map(Vec::len).sum(),
-            base64: self.base64,
+            format: self.format,
             pooling: self.pooling,
         };
         Ok((ids, resp))
@@ -446,8 +478,59 @@ pub struct EmbeddingResponse {
     pub engine_id: String,
     model: String,
     prompt_tokens: usize,
-    base64: Option<Encoding>,
+    format: Format,
     pooling: bool,
+}
+
+/// How the vectors are written (`encoding_format`).
+#[derive(Clone, Copy)]
+enum Format {
+    Float,
+    Base64(Encoding),
+    /// vLLM's raw bytes; `metadata`: with the header describing them ("bytes").
+    Bytes {
+        enc: Encoding,
+        metadata: bool,
+    },
+}
+
+impl Format {
+    fn new(req: &EmbeddingRequest) -> Self {
+        let dtype = match req.embed_dtype.as_deref() {
+            Some("float16") => Dtype::F16,
+            Some("bfloat16") => Dtype::Bf16,
+            _ => Dtype::F32,
+        };
+        let endianness = match req.endianness.as_deref() {
+            Some("little") => Endianness::Little,
+            Some("big") => Endianness::Big,
+            _ => Endianness::Native,
+        };
+        let enc = Encoding { dtype, endianness };
+        match req.encoding_format.as_deref() {
+            Some("base64") => Format::Base64(enc),
+            Some("bytes") => Format::Bytes {
+                enc,
+                metadata: true,
+            },
+            Some("bytes_only") => Format::Bytes {
+                enc,
+                metadata: false,
+            },
+            _ => Format::Float,
+        }
+    }
+}
+
+/// An answer of raw bytes (`encoding_format` "bytes" or "bytes_only").
+pub struct RawAnswer {
+    pub body: Vec<u8>,
+    /// vLLM's `application/octet-stream`.
+    pub content_type: &'static str,
+    /// The `metadata` header ("bytes"): `{"id", "created", "model", "data": [{"index",
+    /// "embed_dtype", "endianness", "start", "end", "shape"}], "usage"}`, written as Python's
+    /// `json.dumps` writes it.
+    pub metadata: Option<String>,
 }
 
 #[derive(Clone, Copy)]
@@ -457,18 +540,49 @@ enum Dtype {
     Bf16,
 }
 
-/// How base64 vectors are written (vLLM's `embed_dtype` and `endianness`).
+#[derive(Clone, Copy)]
+enum Endianness {
+    Native,
+    Little,
+    Big,
+}
+
+/// How base64 and bytes vectors are written (vLLM's `embed_dtype` and `endianness`).
 #[derive(Clone, Copy)]
 struct Encoding {
     dtype: Dtype,
-    big: bool,
+    endianness: Endianness,
 }
 
 impl Encoding {
+    fn big(self) -> bool {
+        match self.endianness {
+            Endianness::Big => true,
+            Endianness::Little => false,
+            Endianness::Native => cfg!(target_endian = "big"),
+        }
+    }
+
+    /// The names vLLM's metadata echoes.
+    fn names(self) -> (&'static str, &'static str) {
+        let dtype = match self.dtype {
+            Dtype::F32 => "float32",
+            Dtype::F16 => "float16",
+            Dtype::Bf16 => "bfloat16",
+        };
+        let endianness = match self.endianness {
+            Endianness::Native => "native",
+            Endianness::Little => "little",
+            Endianness::Big => "big",
+        };
+        (dtype, endianness)
+    }
+
     fn bytes(self, values: &[f32]) -> Vec<u8> {
         let mut out = Vec::with_capacity(values.len() * 4);
+        let big = self.big();
         for &v in values {
-            match (self.dtype, self.big) {
+            match (self.dtype, big) {
                 (Dtype::F32, false) => out.extend(v.to_le_bytes()),
                 (Dtype::F32, true) => out.extend(v.to_be_bytes()),
                 (Dtype::F16, false) => out.extend(half::f16::from_f32(v).to_le_bytes()),
@@ -482,13 +596,49 @@ impl Encoding {
 }
 
 impl EmbeddingResponse {
+    /// The raw answer of the worker's vectors with `encoding_format` "bytes" or "bytes_only"
+    /// (None: the answer is the JSON `body`): each vector's bytes one after the other, as
+    /// vLLM writes them.
+    pub fn raw(&self, vectors: &[Vec<f32>]) -> Option<RawAnswer> {
+        let Format::Bytes { enc, metadata } = self.format else {
+            return None;
+        };
+        let (dtype, endianness) = enc.names();
+        let mut body = vec![];
+        let mut items = vec![];
+        for (index, values) in vectors.iter().enumerate() {
+            let start = body.len();
+            body.extend(enc.bytes(values));
+            items.push(serde_json::json!({
+                "index": index, "embed_dtype": dtype, "endianness": endianness,
+                "start": start, "end": body.len(), "shape": [values.len()],
+            }));
+        }
+        let metadata = metadata.then(|| {
+            let meta = serde_json::json!({
+                "id": self.id, "created": now(), "model": self.model, "data": items,
+                "usage": {"prompt_tokens": self.prompt_tokens, "total_tokens": self.prompt_tokens},
+            });
+            let opts = crate::text::pyjson::DumpOpts {
+                ensure_ascii: true,
+                ..Default::default()
+            };
+            crate::text::pyjson::dumps(&minijinja::Value::from_serialize(&meta), &opts)
+        });
+        Some(RawAnswer {
+            body,
+            content_type: "application/octet-stream",
+            metadata,
+        })
+    }
+
     /// The body of the worker's vectors, one per input in input order.
     pub fn body(&self, vectors: Vec<Vec<f32>>) -> Vec<u8> {
-        let vectors = vectors.into_iter().map(|values| match self.base64 {
-            Some(enc) => {
+        let vectors = vectors.into_iter().map(|values| match self.format {
+            Format::Base64(enc) | Format::Bytes { enc, .. } => {
                 Vector::Base64(base64::engine::general_purpose::STANDARD.encode(enc.bytes(&values)))
             }
-            None => Vector::Float(values),
+            Format::Float => Vector::Float(values),
         });
         let data = match self.pooling {
             false => Data::Embeddings(

@@ -126,3 +126,37 @@ pub fn prompt_logprobs(tok: &Tokenizer, lps: &[PositionLogprobs]) -> Value {
     }
     Value::Array(out)
 }
+
+/// The Responses API's logprobs of output text (`include: ["message.output_text.logprobs"]`),
+/// as vLLM writes them: per token `{token, logprob, bytes, top_logprobs}`, `top_logprobs` the
+/// first `top_n` entries of vLLM's logprobs dict (the sampled token, then the most likely
+/// others; none when `top_n` is 0). `bytes: false` is the streamed delta's shape, which has no
+/// `bytes` anywhere.
+pub fn responses_logprobs(
+    tok: &Tokenizer,
+    lps: &[PositionLogprobs],
+    top_n: u32,
+    bytes: bool,
+) -> Vec<Value> {
+    let one = |x: &TokenLogprob| {
+        let s = tok.token_text(x.token_id);
+        let mut e = json!({"token": s, "logprob": finite(x.logprob)});
+        if bytes {
+            e["bytes"] = json!(s.as_bytes());
+        }
+        e
+    };
+    lps.iter()
+        .filter_map(|p| {
+            let t = p.token.as_ref()?;
+            let top: Vec<Value> = std::iter::once(t)
+                .chain(p.top.iter().filter(|x| x.token_id != t.token_id))
+                .take(top_n as usize)
+                .map(one)
+                .collect();
+            let mut e = one(t);
+            e["top_logprobs"] = Value::Array(top);
+            Some(e)
+        })
+        .collect()
+}

@@ -17,6 +17,10 @@ pub struct StoredResponse {
     pub input_items: Vec<Value>,
     /// Chat messages to continue from: the earlier turns, this input and this output.
     pub conversation: Vec<Value>,
+    /// Created with `background: true` (only those can be cancelled).
+    pub background: bool,
+    /// The object's `status`: queued, in_progress, completed, incomplete, cancelled, failed.
+    pub status: &'static str,
 }
 
 pub struct ResponseStore {
@@ -31,6 +35,11 @@ impl ResponseStore {
         }
     }
 
+    /// Whether it keeps anything (a capacity above 0).
+    pub fn enabled(&self) -> bool {
+        self.map.is_some()
+    }
+
     /// Stores it under `id`, dropping the least recently used entry when full.
     pub fn put(&self, id: String, r: StoredResponse) {
         if let Some(m) = &self.map {
@@ -43,6 +52,37 @@ impl ResponseStore {
         let mut m = lock(self.map.as_ref()?);
         let r = m.get(id)?;
         (r.owner.as_deref() == owner).then(|| r.clone())
+    }
+
+    /// Stores it under `id` unless a response stored there was cancelled meanwhile (a
+    /// background response's end: its cancelled object stays).
+    pub fn put_unless_cancelled(&self, id: String, r: StoredResponse) {
+        if let Some(m) = &self.map {
+            let mut m = lock(m);
+            if m.peek(&id).is_some_and(|old| old.status == "cancelled") {
+                return;
+            }
+            m.put(id, Arc::new(r));
+        }
+    }
+
+    /// Replaces the response `owner` may see by what `f` makes of it, under one lock (so no
+    /// other update comes between): None if there is none; `f`'s error, or its answer and
+    /// whether it replaced it (`f` returns None to keep it).
+    pub fn update<T, E>(
+        &self,
+        id: &str,
+        owner: Option<&str>,
+        f: impl FnOnce(&StoredResponse) -> Result<(Option<StoredResponse>, T), E>,
+    ) -> Option<Result<T, E>> {
+        let mut m = lock(self.map.as_ref()?);
+        let old = m.peek(id).filter(|r| r.owner.as_deref() == owner)?.clone();
+        Some(f(&old).map(|(new, answer)| {
+            if let Some(new) = new {
+                m.put(id.to_string(), Arc::new(new));
+            }
+            answer
+        }))
     }
 
     /// Whether a response is stored under `id`, whoever owns it (not a use).
@@ -77,6 +117,8 @@ mod tests {
             response: serde_json::value::to_raw_value(&serde_json::json!({"n": n})).unwrap(),
             input_items: vec![],
             conversation: vec![],
+            background: false,
+            status: "completed",
         }
     }
 

@@ -930,6 +930,20 @@ impl ResponseStore {
             .map_err(api_error)
     }
 
+    /// POST /v1/responses/{id}/cancel's body (the background response, cancelled); raises
+    /// ApiError.
+    #[pyo3(signature = (id, owner))]
+    fn cancel(&self, id: &str, owner: Option<&str>) -> PyResult<String> {
+        core_responses::cancel(&self.inner, id, owner).map_err(api_error)
+    }
+
+    /// GET /v1/responses/{id}'s query (`stream`); raises ApiError.
+    #[staticmethod]
+    #[pyo3(signature = (stream))]
+    fn check_retrieve_query(stream: Option<&str>) -> PyResult<()> {
+        core_responses::check_retrieve_query(stream).map_err(api_error)
+    }
+
     /// GET /v1/responses/{id}/input_items's body, from the query's values; raises ApiError.
     #[pyo3(signature = (id, owner, order, limit, after))]
     fn input_items(
@@ -986,6 +1000,12 @@ impl ResponsesCall {
             store: store.inner.clone(),
             call: Some(call),
         })
+    }
+
+    /// `background: true`: answer with `queued()` and run it as a request not streamed.
+    #[getter]
+    fn background(&self) -> PyResult<bool> {
+        Ok(self.call()?.background())
     }
 
     /// The prompt without the conversation's `first` oldest turns.
@@ -1082,6 +1102,33 @@ impl ResponsesResponse {
         PyBytes::new(py, &self.inner.closing(&self.store))
     }
 
+    /// The response's id.
+    #[getter]
+    fn id(&self) -> String {
+        self.inner.id().to_string()
+    }
+
+    /// A background response's answer (`queued`), stored at once.
+    fn queued(&mut self) -> String {
+        self.inner.queued(&self.store)
+    }
+
+    /// A background response's engine request has started: `in_progress`.
+    fn started(&self) {
+        self.inner.started(&self.store);
+    }
+
+    /// A background response's engine request failed with this ApiError: `failed`.
+    fn failed(&self, e: &Bound<'_, PyAny>) -> PyResult<()> {
+        let (status, body, _): (u16, String, Py<PyAny>) = e.getattr("args")?.extract()?;
+        let body = parse_json("error body", &body)?;
+        let field = |k: &str| body["error"][k].as_str().map(str::to_string);
+        let e =
+            CoreError::with_status(status, field("message").unwrap_or_default(), field("param"));
+        self.inner.failed(&self.store, &e);
+        Ok(())
+    }
+
     fn body(&mut self) -> PyResult<String> {
         let c = self
             .collector
@@ -1157,6 +1204,18 @@ impl EmbeddingResponse {
     /// The body (JSON) of the worker's vectors, one per input in input order.
     fn body<'py>(&self, py: Python<'py>, vectors: Vec<Vec<f32>>) -> Bound<'py, PyBytes> {
         PyBytes::new(py, &self.inner.body(vectors))
+    }
+
+    /// With `encoding_format` "bytes" or "bytes_only": (body, content type, the `metadata`
+    /// header or None); else None (the answer is `body`'s JSON).
+    #[allow(clippy::type_complexity)]
+    fn raw<'py>(
+        &self,
+        py: Python<'py>,
+        vectors: Vec<Vec<f32>>,
+    ) -> Option<(Bound<'py, PyBytes>, &'static str, Option<String>)> {
+        let raw = self.inner.raw(&vectors)?;
+        Some((PyBytes::new(py, &raw.body), raw.content_type, raw.metadata))
     }
 }
 

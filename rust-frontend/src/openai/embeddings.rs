@@ -56,6 +56,15 @@ async fn embed(
         })
         .await
         .map_err(ApiError::from)?;
+    if let Some(raw) = resp.raw(&reply) {
+        let mut out = ([(header::CONTENT_TYPE, raw.content_type)], raw.body).into_response();
+        if let Some(meta) = raw.metadata {
+            let value = header::HeaderValue::from_str(&meta)
+                .map_err(|e| ApiError::Internal(e.to_string()))?;
+            out.headers_mut().insert("metadata", value);
+        }
+        return Ok(out);
+    }
     let body = resp.body(reply);
     Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
 }

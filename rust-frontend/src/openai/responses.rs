@@ -1,6 +1,7 @@
 //! OpenAI's Responses API over HTTP (the rules and the events are the core's:
 //! `hybridllm_api::responses`): POST /v1/responses, and the stored responses: GET and DELETE
-//! /v1/responses/{response_id}, GET /v1/responses/{response_id}/input_items.
+//! /v1/responses/{response_id}, GET /v1/responses/{response_id}/input_items, and a
+//! background response's task (`background: true`) and its cancel.
 use super::aggregate::collect;
 use super::generate::generate_many;
 use super::prompt::{compile_constraint, tokenize};
@@ -43,13 +44,79 @@ pub async fn create(
         }
     };
     let prompt_len = ids.len();
+    let background = call.background();
     let (gen, mut resp) = call.plan(&state.api, ids, max_tokens)?;
+    if background {
+        let body = resp.queued(&state.responses);
+        run_in_background(state, gen, resp, prompt_len);
+        return Ok(json_body(body));
+    }
     let events = generate_many(state.clone(), vec![gen]).await?;
     if resp.stream {
         return Ok(stream_response(state, events, resp));
     }
     let c = collect(events, 1, vec![prompt_len], &state.api.tokenizer).await?;
     Ok(json_body(resp.body(c, &state.responses)))
+}
+
+/// A background response's task: its request run as one not streamed, its stored object
+/// moved from queued to in_progress to its end (or failed); registered so that a cancel can
+/// abort it. The registry's lock is held while the task is spawned and registered, so the
+/// task's own removal comes after.
+fn run_in_background(
+    state: Arc<AppState>,
+    gen: hybridllm_api::validation::GenRequest,
+    mut resp: ResponsesResponse,
+    prompt_len: usize,
+) {
+    let id = gen.request_id.clone();
+    let key = resp_id(&resp);
+    let mut tasks = state.background.lock().unwrap_or_else(|e| e.into_inner());
+    let st = state.clone();
+    let task = tokio::spawn(async move {
+        let run = async {
+            let events = generate_many(st.clone(), vec![gen]).await?;
+            resp.started(&st.responses);
+            collect(events, 1, vec![prompt_len], &st.api.tokenizer).await
+        };
+        match run.await {
+            Ok(c) => {
+                resp.body(c, &st.responses);
+            }
+            Err(e) => {
+                tracing::warn!(request_id = %id, "background response failed: {e}");
+                resp.failed(&st.responses, &e);
+            }
+        }
+        st.background
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&resp_id(&resp));
+    });
+    tasks.insert(key, task.abort_handle());
+}
+
+fn resp_id(resp: &ResponsesResponse) -> String {
+    resp.id().to_string()
+}
+
+/// POST /v1/responses/{response_id}/cancel: the core's rule, then its task aborted.
+pub async fn cancel(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Response, HttpError> {
+    let owner = owner(&state, &headers);
+    let body = core::cancel(&state.responses, &id, owner.as_deref())?;
+    let task = state
+        .background
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(&id);
+    if let Some(task) = task {
+        task.abort();
+    }
+    Ok(json_body(body))
 }
 
 /// The named events: what is ready joins the events not yet sent; before waiting, they go out.
@@ -90,8 +157,10 @@ pub async fn retrieve(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
     Path(id): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, HttpError> {
     let owner = owner(&state, &headers);
+    core::check_retrieve_query(q.get("stream").map(String::as_str))?;
     Ok(json_body(core::retrieve(
         &state.responses,
         &id,

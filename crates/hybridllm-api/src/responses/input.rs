@@ -4,8 +4,8 @@ use crate::errors::ApiError;
 use crate::request::{never, nothing, Unhonoured, KV_TRANSFER, MULTIMODAL_OPTIONS};
 use crate::structured::{Constraint, TextFormat};
 use crate::validation::{
-    range_i, Bound, SamplingRequest, Stop, MAX_TOKENS, MIN_P, REPETITION_PENALTY, TEMPERATURE,
-    TOP_K, TOP_P,
+    range_i, Bound, SamplingRequest, Stop, LOGPROBS, MAX_TOKENS, MIN_P, REPETITION_PENALTY,
+    TEMPERATURE, TOP_K, TOP_P,
 };
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -66,13 +66,19 @@ pub struct ResponsesRequest {
     pub tools: Option<Value>,
     #[schema(value_type = Option<Object>)]
     pub tool_choice: Option<Value>,
-    // Refused unless in their text-only form (`check_unsupported`), never ignored.
+    /// Answer at once as `queued` and run the response in the background (needs `store`;
+    /// not streamed): `GET /v1/responses/{id}` polls it, `POST .../cancel` stops it.
     pub background: Option<bool>,
+    /// Extra output: only `"message.output_text.logprobs"` is served (the message's token
+    /// logprobs, streamed and not).
+    #[schema(value_type = Option<Vec<String>>)]
+    pub include: Option<Vec<Value>>,
+    /// With the logprobs `include`: alternatives per token, 0 to 20.
+    pub top_logprobs: Option<i64>,
+    // Refused unless in their text-only form (`check_unsupported`), never ignored.
     pub reasoning: Option<Value>,
     #[schema(value_type = Option<crate::structured::ResponsesText>)]
     pub text: Option<Value>,
-    pub include: Option<Vec<Value>>,
-    pub top_logprobs: Option<i64>,
     pub prompt: Option<Value>,
     pub conversation: Option<Value>,
 }
@@ -129,8 +135,12 @@ impl crate::request::RequestBody for ResponsesRequest {
         ("top_k", TOP_K),
         ("min_p", MIN_P),
         ("repetition_penalty", REPETITION_PENALTY),
+        ("top_logprobs", LOGPROBS),
     ];
 }
+
+/// The one `include` value served.
+pub const OUTPUT_LOGPROBS: &str = "message.output_text.logprobs";
 
 const METADATA_KEYS: usize = 16;
 const METADATA_KEY_CHARS: usize = 64;
@@ -162,31 +172,13 @@ impl ResponsesRequest {
             .filter(|f| !f.is_null())
     }
 
-    /// Reasoning options, background runs and extra output are not served.
+    /// Reasoning options, stored prompts and conversations are not served.
     pub fn check_unsupported(&self) -> Result<(), ApiError> {
         let no = |field: &str, why: &str| Err(ApiError::bad_param(field, why));
-        if self.background == Some(true) {
-            return no(
-                "background",
-                "background is not supported: responses are created in the foreground (background must be false).",
-            );
-        }
         if self.reasoning.as_ref().is_some_and(|r| !r.is_null()) {
             return no(
                 "reasoning",
                 "reasoning is not supported: the model has no reasoning options (reasoning must be null).",
-            );
-        }
-        if self.include.as_ref().is_some_and(|i| !i.is_empty()) {
-            return no(
-                "include",
-                "include is not supported: no extra output is available (include must be empty).",
-            );
-        }
-        if self.top_logprobs.is_some_and(|n| n != 0) {
-            return no(
-                "top_logprobs",
-                "top_logprobs is not supported on /v1/responses (it must be 0).",
             );
         }
         if self.prompt.as_ref().is_some_and(|p| !p.is_null()) {
@@ -202,6 +194,62 @@ impl ResponsesRequest {
             );
         }
         Ok(())
+    }
+
+    /// `include` and `top_logprobs`: the alternatives per token to return with the message's
+    /// logprobs (None: no logprobs). Other `include` values ask for output this server does
+    /// not make, and `top_logprobs` without the logprobs `include` would be ignored: refused.
+    pub fn output_logprobs(&self) -> Result<Option<u32>, ApiError> {
+        let mut wanted = false;
+        for v in self.include.iter().flatten() {
+            match v.as_str() {
+                Some(OUTPUT_LOGPROBS) => wanted = true,
+                Some(other) => {
+                    return Err(ApiError::bad_param(
+                        "include",
+                        format!(
+                        "include value {} is not supported: only \"{OUTPUT_LOGPROBS}\" is served.",
+                        json!(other)
+                    ),
+                    ))
+                }
+                None => {
+                    return Err(ApiError::bad_param(
+                        "include",
+                        "include must be a list of strings.",
+                    ))
+                }
+            }
+        }
+        let top = self.top_logprobs.unwrap_or(0);
+        range_i("top_logprobs", top, LOGPROBS)?;
+        if !wanted && top > 0 {
+            return Err(ApiError::bad_param(
+                "top_logprobs",
+                format!("top_logprobs requires include to contain \"{OUTPUT_LOGPROBS}\"."),
+            ));
+        }
+        Ok(wanted.then_some(top as u32))
+    }
+
+    /// `background: true` needs `store` (as vLLM) and is not streamed here.
+    pub fn check_background(&self) -> Result<bool, ApiError> {
+        if self.background != Some(true) {
+            return Ok(false);
+        }
+        if self.store == Some(false) {
+            return Err(ApiError::bad_param(
+                "background",
+                "background can only be used when `store` is true",
+            ));
+        }
+        if self.stream == Some(true) {
+            return Err(ApiError::bad_param(
+                "stream",
+                "a background response is not streamed: poll GET /v1/responses/{id} (stream must be false).",
+            ));
+        }
+        Ok(true)
     }
 
     /// The echoed fields' values: `service_tier` one of OpenAI's, `max_tool_calls` at least 1.

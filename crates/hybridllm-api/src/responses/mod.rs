@@ -8,11 +8,14 @@ pub mod object;
 
 use crate::aggregate::Collected;
 use crate::context::ApiContext;
+use crate::engine_io::PositionLogprobs;
 use crate::errors::ApiError;
+use crate::logprobs::responses_logprobs;
 use crate::prompt::TemplateArgs;
 use crate::reasoning::{ReasoningReader, ReplyStart};
 use crate::response_store::{ResponseStore, StoredResponse};
 use crate::sse::write_named_frame;
+use crate::text::tokenizer::Tokenizer;
 use crate::text_deltas::GenEvent;
 use crate::tools::parsers::{ToolEvent, ToolParser};
 use crate::tools::{self, ToolPlan, ToolShape};
@@ -28,6 +31,7 @@ use object::{
 };
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
+use std::sync::Arc;
 
 fn not_found(id: &str) -> ApiError {
     ApiError::NotFound(format!("Response with id '{id}' not found."))
@@ -109,8 +113,18 @@ impl ResponsesCall {
             }
             id => id.clone(),
         };
+        let top_logprobs = req.output_logprobs()?;
+        let background = req.check_background()?;
+        if background && !store.enabled() {
+            // vLLM's refusal when its store is off, for this server's switch.
+            return Err(ApiError::bad_param(
+                "background",
+                "This server keeps no responses (--responses-store-size 0) and therefore does \
+                 not support the background mode.",
+            ));
+        }
         let sampling = req.sampling(ctx.max_tokens_limit)?;
-        let mut params = sampling.validate(None, ctx.vocab_size)?;
+        let mut params = sampling.validate(top_logprobs.map(i64::from), ctx.vocab_size)?;
         params.constrain(req.text_constraint()?)?;
         let mut tool_plan = tools::plan_in(
             ToolShape::Flat,
@@ -137,8 +151,11 @@ impl ResponsesCall {
             .map(chat_shaped);
         let mut conversation = previous.map_or_else(Vec::new, |p| p.conversation.clone());
         conversation.extend(input.messages);
+        let mut head = ResponseHead::new(&req, ctx.model_name(), id);
+        head.top_logprobs = top_logprobs;
+        head.background = background;
         ResponsesCall {
-            head: ResponseHead::new(&req, ctx.model_name(), id),
+            head,
             params,
             instructions: req.instructions.clone(),
             auto_truncate,
@@ -201,6 +218,12 @@ impl ResponsesCall {
         }
     }
 
+    /// Whether it runs in the background (`background: true`): the shell answers with
+    /// `ResponsesResponse::queued` and runs it as a request not streamed.
+    pub fn background(&self) -> bool {
+        self.head.background
+    }
+
     /// The engine request and its response (compiling a constraint still pending).
     pub fn plan(
         mut self,
@@ -228,6 +251,12 @@ impl ResponsesCall {
             finish: "abort",
             stream: self.stream,
             to_store: Some(self.to_store),
+            logprobs: self.head.top_logprobs.map(|top| OutputLogprobs {
+                top,
+                tokenizer: ctx.tokenizer.clone(),
+                all: vec![],
+                pending: vec![],
+            }),
             head: self.head,
         };
         let gen = GenRequest {
@@ -358,6 +387,18 @@ impl OutputReasoning {
     }
 }
 
+/// The message's token logprobs, when asked for (`include`).
+struct OutputLogprobs {
+    top: u32,
+    tokenizer: Arc<Tokenizer>,
+    /// Every output token's, for the response object.
+    all: Vec<PositionLogprobs>,
+    /// The current engine output's, in the streamed shape, for its first text delta (as vLLM
+    /// gives each output's logprobs to the text delta it makes; tokens that make reasoning
+    /// or calls have none in the stream).
+    pending: Vec<Value>,
+}
+
 /// The function calls of a response with tools: chat's parser for the format, and the calls
 /// read so far.
 struct OutputTools {
@@ -384,9 +425,15 @@ pub struct ResponsesResponse {
     finish: &'static str,
     pub stream: bool,
     to_store: Option<ToStore>,
+    logprobs: Option<OutputLogprobs>,
 }
 
 impl ResponsesResponse {
+    /// The response's id.
+    pub fn id(&self) -> &str {
+        &self.head.id
+    }
+
     /// The events that open the stream (and, without tools or a reasoning parser, its message
     /// item).
     pub fn opening(&mut self) {
@@ -504,6 +551,11 @@ impl ResponsesResponse {
         let at = self.open_message();
         self.text.push_str(delta);
         let item_id = &self.head.item_id;
+        let logprobs = self
+            .logprobs
+            .as_mut()
+            .map(|l| std::mem::take(&mut l.pending))
+            .unwrap_or_default();
         self.out
             .push("response.output_text.delta", |sequence_number| TextDelta {
                 kind: "response.output_text.delta",
@@ -512,7 +564,7 @@ impl ResponsesResponse {
                 output_index: at,
                 content_index: 0,
                 delta,
-                logprobs: [],
+                logprobs: &logprobs,
             });
     }
 
@@ -577,8 +629,15 @@ impl ResponsesResponse {
         if let Some(f) = &o.finish {
             self.finish = f.reason;
         }
+        if let Some(l) = &mut self.logprobs {
+            l.pending = responses_logprobs(&l.tokenizer, &o.logprobs, l.top, false);
+            l.all.extend(o.logprobs.iter().cloned());
+        }
         if !o.text.is_empty() || o.finish.is_some() {
             self.read_text(&o.text, o.finish.is_some());
+        }
+        if let Some(l) = &mut self.logprobs {
+            l.pending.clear();
         }
     }
 
@@ -603,8 +662,18 @@ impl ResponsesResponse {
         self.message_at.is_some() || self.opened() == 0
     }
 
-    /// The output items, in their order.
-    fn output(&self, st: &'static str) -> Vec<OutputItem<'_>> {
+    /// The message's logprobs in the response object (vLLM's full shape), when asked for.
+    fn message_logprobs(&self) -> Option<Vec<Value>> {
+        let l = self.logprobs.as_ref()?;
+        Some(responses_logprobs(&l.tokenizer, &l.all, l.top, true))
+    }
+
+    /// The output items, in their order (`logprobs`: the message's, when asked for).
+    fn output<'a>(
+        &'a self,
+        st: &'static str,
+        logprobs: Option<&'a [Value]>,
+    ) -> Vec<OutputItem<'a>> {
         let calls = self.tools.as_ref().map_or(&[][..], |t| &t.calls[..]);
         let mut items: Vec<(u32, OutputItem<'_>)> = calls
             .iter()
@@ -617,7 +686,7 @@ impl ResponsesResponse {
             let at = self.message_at.unwrap_or(0);
             items.push((
                 at,
-                OutputItem::Message(self.head.item(st, Some(&self.text))),
+                OutputItem::Message(self.head.item_with(st, Some(&self.text), logprobs)),
             ));
         }
         items.sort_by_key(|(at, _)| *at);
@@ -714,16 +783,19 @@ impl ResponsesResponse {
                     sequence_number,
                 });
         }
-        let done = self
-            .head
-            .object(st, &self.output(st), &self.usage.to_responses_json());
+        let lps = self.message_logprobs();
+        let done = self.head.object(
+            st,
+            &self.output(st, lps.as_deref()),
+            &self.usage.to_responses_json(),
+        );
         let last = if st == "incomplete" {
             "response.incomplete"
         } else {
             "response.completed"
         };
         self.out.with_response(last, &*done);
-        self.store(store, done);
+        self.store(store, done, st);
         self.out.take()
     }
 
@@ -733,16 +805,22 @@ impl ResponsesResponse {
         // The stream's reading, its events dropped.
         self.read_text(&choice.text, true);
         self.out.buf.clear();
+        if let Some(l) = &mut self.logprobs {
+            l.all = choice.logprobs.clone();
+        }
         let st = status(choice.finish.reason);
-        let obj = self
-            .head
-            .object(st, &self.output(st), &c.usage.to_responses_json());
+        let lps = self.message_logprobs();
+        let obj = self.head.object(
+            st,
+            &self.output(st, lps.as_deref()),
+            &c.usage.to_responses_json(),
+        );
         let body = obj.get().to_owned();
-        self.store(store, obj);
+        self.store(store, obj, st);
         body
     }
 
-    fn store(&mut self, store: &ResponseStore, response: Box<RawValue>) {
+    fn store(&mut self, store: &ResponseStore, response: Box<RawValue>, st: &'static str) {
         let Some(s) = self.to_store.take().filter(|_| self.head.store) else {
             return;
         };
@@ -759,19 +837,120 @@ impl ResponsesResponse {
                 .collect();
         }
         conversation.push(reply);
-        store.put(
-            self.head.id.clone(),
-            StoredResponse {
-                owner: s.owner,
-                response,
-                input_items: s.input_items,
-                conversation,
-            },
-        );
+        let r = StoredResponse {
+            owner: s.owner,
+            response,
+            input_items: s.input_items,
+            conversation,
+            background: self.head.background,
+            status: st,
+        };
+        match self.head.background {
+            // A background response cancelled meanwhile stays cancelled (as vLLM).
+            true => store.put_unless_cancelled(self.head.id.clone(), r),
+            false => store.put(self.head.id.clone(), r),
+        }
+    }
+
+    /// A background response's answer: its object `queued` (no output, no usage), stored at
+    /// once so that `GET /v1/responses/{id}` finds it while the shell's task runs it (as a
+    /// request not streamed: `started`, then `body`, or `failed`).
+    pub fn queued(&mut self, store: &ResponseStore) -> String {
+        let obj = self.head.object("queued", &[], &Value::Null);
+        let body = obj.get().to_owned();
+        if let Some(s) = &self.to_store {
+            store.put(
+                self.head.id.clone(),
+                StoredResponse {
+                    owner: s.owner.clone(),
+                    response: obj,
+                    input_items: s.input_items.clone(),
+                    conversation: s.conversation.clone(),
+                    background: true,
+                    status: "queued",
+                },
+            );
+        }
+        body
+    }
+
+    /// A background response's engine request has started: `in_progress` (unless cancelled).
+    pub fn started(&self, store: &ResponseStore) {
+        self.restatus(store, "in_progress", None);
+    }
+
+    /// A background response's engine request failed: `failed`, with the error.
+    pub fn failed(&self, store: &ResponseStore, e: &ApiError) {
+        let error = json!({"code": e.error_type(), "message": e.to_string()});
+        self.restatus(store, "failed", Some(error));
+    }
+
+    /// Whether the background response was cancelled (the shell then stops its request).
+    pub fn cancelled(&self, store: &ResponseStore) -> bool {
+        let owner = self.to_store.as_ref().and_then(|s| s.owner.as_deref());
+        store
+            .get(&self.head.id, owner)
+            .is_some_and(|r| r.status == "cancelled")
+    }
+
+    fn restatus(&self, store: &ResponseStore, to: &'static str, error: Option<Value>) {
+        let owner = self.to_store.as_ref().and_then(|s| s.owner.as_deref());
+        store.update(&self.head.id, owner, |r| {
+            let new = matches!(r.status, "queued" | "in_progress").then(|| restatus(r, to, error));
+            Ok::<_, ()>((new, ()))
+        });
     }
 }
 
-/// GET /v1/responses/{id}: the stored object as it was returned.
+/// The stored response with another `status` (and `error`, when given).
+fn restatus(r: &StoredResponse, to: &'static str, error: Option<Value>) -> StoredResponse {
+    let mut obj: Value = serde_json::from_str(r.response.get()).unwrap_or_default();
+    obj["status"] = json!(to);
+    if let Some(e) = error {
+        obj["error"] = e;
+    }
+    StoredResponse {
+        owner: r.owner.clone(),
+        response: serde_json::value::to_raw_value(&obj).expect("a JSON object serializes"),
+        input_items: r.input_items.clone(),
+        conversation: r.conversation.clone(),
+        background: r.background,
+        status: to,
+    }
+}
+
+/// POST /v1/responses/{id}/cancel: a background response still queued or in progress
+/// becomes `cancelled` (the shell then stops its task); any other is vLLM's 400.
+pub fn cancel(store: &ResponseStore, id: &str, owner: Option<&str>) -> Result<String, ApiError> {
+    store
+        .update(id, owner, |r| {
+            if !r.background || !matches!(r.status, "queued" | "in_progress") {
+                return Err(ApiError::bad_param(
+                    "response_id",
+                    "Cannot cancel a synchronous response.",
+                ));
+            }
+            let new = restatus(r, "cancelled", None);
+            let body = new.response.get().to_owned();
+            Ok((Some(new), body))
+        })
+        .unwrap_or_else(|| Err(not_found(id)))
+}
+
+/// GET /v1/responses/{id}'s query: vLLM's `stream=true` replays a background stream's
+/// events, and background responses are not streamed here.
+pub fn check_retrieve_query(stream: Option<&str>) -> Result<(), ApiError> {
+    match stream {
+        None | Some("false") => Ok(()),
+        Some(_) => Err(ApiError::bad_param(
+            "stream",
+            "stored responses are retrieved whole: background responses are not streamed (stream must be false).",
+        )),
+    }
+}
+
+/// GET /v1/responses/{id}: the stored object as it was returned (a background response's
+/// as it stands).
 pub fn retrieve(store: &ResponseStore, id: &str, owner: Option<&str>) -> Result<String, ApiError> {
     let r = store.get(id, owner).ok_or_else(|| not_found(id))?;
     Ok(r.response.get().to_owned())
@@ -890,6 +1069,135 @@ mod tests {
                 )
             })
             .collect()
+    }
+
+    #[test]
+    fn background_statuses_and_cancel() {
+        let ctx = test_context();
+        let store = ResponseStore::new(4);
+        let new = |body: Value| {
+            let req = parse_body::<ResponsesRequest>(body.to_string().as_bytes()).unwrap();
+            let call = ResponsesCall::new(&ctx, req, &store, None).unwrap();
+            call.plan(&ctx, vec![1], 8).unwrap().1
+        };
+        let status = |id: &str| {
+            let v: Value = serde_json::from_str(&retrieve(&store, id, None).unwrap()).unwrap();
+            v["status"].as_str().unwrap().to_string()
+        };
+        // Runs to its end: queued, in_progress, completed; then it cannot be cancelled.
+        let mut resp = new(json!({"input": "Hello", "background": true}));
+        let id = resp.id().to_string();
+        let q: Value = serde_json::from_str(&resp.queued(&store)).unwrap();
+        assert_eq!(
+            (&q["status"], &q["background"], &q["output"], &q["usage"]),
+            (&json!("queued"), &json!(true), &json!([]), &Value::Null)
+        );
+        assert_eq!(status(&id), "queued");
+        resp.started(&store);
+        assert_eq!(status(&id), "in_progress");
+        let mut col = Collector::new(1, vec![1]);
+        col.push(&ctx.tokenizer, 0, output("Hi", true));
+        resp.body(col.finish(), &store);
+        assert_eq!(status(&id), "completed");
+        let sync = |e: ApiError| (e.to_string(), e.body()["error"]["param"].clone());
+        let cannot = (
+            "Cannot cancel a synchronous response.".to_string(),
+            json!("response_id"),
+        );
+        assert_eq!(sync(cancel(&store, &id, None).unwrap_err()), cannot);
+        // Cancelled while it runs: stays cancelled when it ends.
+        let mut resp = new(json!({"input": "Hello", "background": true}));
+        let id = resp.id().to_string();
+        resp.queued(&store);
+        resp.started(&store);
+        let c: Value = serde_json::from_str(&cancel(&store, &id, None).unwrap()).unwrap();
+        assert_eq!((&c["status"], &c["id"]), (&json!("cancelled"), &json!(id)));
+        assert!(resp.cancelled(&store));
+        let mut col = Collector::new(1, vec![1]);
+        col.push(&ctx.tokenizer, 0, output("Hi", true));
+        resp.body(col.finish(), &store);
+        assert_eq!(status(&id), "cancelled");
+        assert_eq!(sync(cancel(&store, &id, None).unwrap_err()), cannot);
+        // A foreground response, and an unknown id.
+        let mut resp = new(json!({"input": "Hello"}));
+        let col = {
+            let mut c = Collector::new(1, vec![1]);
+            c.push(&ctx.tokenizer, 0, output("Hi", true));
+            c.finish()
+        };
+        resp.body(col, &store);
+        assert_eq!(sync(cancel(&store, resp.id(), None).unwrap_err()), cannot);
+        assert!(matches!(
+            cancel(&store, "resp_x", None),
+            Err(ApiError::NotFound(_))
+        ));
+        // A store that keeps nothing: no background mode.
+        let none = ResponseStore::new(0);
+        let req = parse_body::<ResponsesRequest>(
+            json!({"input": "Hello", "background": true})
+                .to_string()
+                .as_bytes(),
+        )
+        .unwrap();
+        let e = ResponsesCall::new(&ctx, req, &none, None).err().unwrap();
+        assert_eq!(e.body()["error"]["param"], "background");
+        // A failure: failed, with its error.
+        let mut resp = new(json!({"input": "Hello", "background": true}));
+        resp.queued(&store);
+        resp.failed(&store, &ApiError::Internal("boom".into()));
+        let v: Value = serde_json::from_str(&retrieve(&store, resp.id(), None).unwrap()).unwrap();
+        assert_eq!(v["status"], "failed");
+        assert_eq!(v["error"]["message"], "boom");
+    }
+
+    #[test]
+    fn output_logprobs_in_the_object_and_the_deltas() {
+        use crate::engine_io::{PositionLogprobs, TokenLogprob};
+        let ctx = test_context();
+        let store = ResponseStore::new(0);
+        let lp = |id: u32, x: f32| TokenLogprob {
+            token_id: id,
+            logprob: x,
+            rank: 1,
+        };
+        let pos = |id: u32| PositionLogprobs {
+            token: Some(lp(id, -0.5)),
+            top: vec![lp(7, -0.25), lp(id, -0.5), lp(9, -2.0)],
+        };
+        let body = json!({"input": "Hello", "stream": true, "include": ["message.output_text.logprobs"],
+                          "top_logprobs": 2});
+        let req = parse_body::<ResponsesRequest>(body.to_string().as_bytes()).unwrap();
+        let call = ResponsesCall::new(&ctx, req, &store, None).unwrap();
+        let (gen, mut resp) = call.plan(&ctx, vec![1], 8).unwrap();
+        assert_eq!(gen.params.logprobs, Some(2));
+        resp.opening();
+        let mut ev = output("Hi", true);
+        if let GenEvent::Output(o) = &mut ev {
+            o.logprobs = vec![pos(3)];
+        }
+        resp.event(0, &ev);
+        let mut bytes = resp.take().unwrap().to_vec();
+        bytes.extend_from_slice(&resp.closing(&store));
+        let evs = events(&bytes);
+        let t = |id: u32| ctx.tokenizer.token_text(id);
+        let delta = evs
+            .iter()
+            .find(|(n, _)| n == "response.output_text.delta")
+            .unwrap();
+        assert_eq!(
+            delta.1["logprobs"],
+            json!([{"token": t(3), "logprob": -0.5, "top_logprobs": [
+                {"token": t(3), "logprob": -0.5}, {"token": t(7), "logprob": -0.25}]}])
+        );
+        let last = &evs.last().unwrap().1["response"];
+        assert_eq!(last["top_logprobs"], 2);
+        let b = |id: u32| json!(t(id).as_bytes());
+        assert_eq!(
+            last["output"][0]["content"][0]["logprobs"],
+            json!([{"token": t(3), "logprob": -0.5, "bytes": b(3), "top_logprobs": [
+                {"token": t(3), "logprob": -0.5, "bytes": b(3)},
+                {"token": t(7), "logprob": -0.25, "bytes": b(7)}]}])
+        );
     }
 
     #[test]

@@ -19,6 +19,11 @@ pub struct ResponseHead {
     pub engine_id: String,
     pub item_id: String,
     pub store: bool,
+    /// `background: true`: answered at once as `queued`, run by the shell's task.
+    pub background: bool,
+    /// With `include: ["message.output_text.logprobs"]`: the alternatives per token (echoed
+    /// as vLLM does, null otherwise).
+    pub top_logprobs: Option<u32>,
     created_at: i64,
     model: String,
     instructions: Option<String>,
@@ -75,6 +80,7 @@ struct Object<'a> {
     tools: &'a Value,
     reasoning: Reasoning,
     text: TextConfig<'a>,
+    top_logprobs: Option<u32>,
     error: Option<()>,
     status: &'a str,
     incomplete_details: Option<Incomplete>,
@@ -166,13 +172,16 @@ fn as_list<S: serde::Serializer, P: Serialize>(part: &Option<P>, s: S) -> Result
     part.as_slice().serialize(s)
 }
 
-/// An `output_text` content part.
+/// An `output_text` content part; `logprobs` (vLLM's full shape) only in the response
+/// object's message, when asked for.
 #[derive(Serialize)]
 pub struct Part<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
     text: &'a str,
     annotations: [u8; 0],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    logprobs: Option<&'a [Value]>,
 }
 
 pub fn output_text(text: &str) -> Part<'_> {
@@ -180,6 +189,7 @@ pub fn output_text(text: &str) -> Part<'_> {
         kind: "output_text",
         text,
         annotations: [],
+        logprobs: None,
     }
 }
 
@@ -201,6 +211,8 @@ impl ResponseHead {
             engine_id,
             item_id: new_item_id(),
             store: req.store.unwrap_or(true),
+            background: req.background.unwrap_or(false),
+            top_logprobs: None,
             created_at: now(),
             model: model.to_string(),
             instructions: req.instructions.clone(),
@@ -241,7 +253,7 @@ impl ResponseHead {
             truncation: &self.truncation,
             metadata: &self.metadata,
             user: self.user.as_deref(),
-            background: false,
+            background: self.background,
             service_tier: &self.service_tier,
             parallel_tool_calls: self.parallel_tool_calls,
             max_tool_calls: self.max_tool_calls,
@@ -255,6 +267,7 @@ impl ResponseHead {
             text: TextConfig {
                 format: &self.text_format,
             },
+            top_logprobs: self.top_logprobs,
             error: None,
             status,
             incomplete_details: (status == "incomplete").then_some(Incomplete {
@@ -268,12 +281,25 @@ impl ResponseHead {
 
     /// The assistant message item: `content` empty while in progress.
     pub fn item<'a>(&'a self, status: &'a str, text: Option<&'a str>) -> Item<'a> {
+        self.item_with(status, text, None)
+    }
+
+    /// The message item with its text part's `logprobs`.
+    pub fn item_with<'a>(
+        &'a self,
+        status: &'a str,
+        text: Option<&'a str>,
+        logprobs: Option<&'a [Value]>,
+    ) -> Item<'a> {
         Item {
             id: &self.item_id,
             kind: "message",
             status,
             role: "assistant",
-            content: text.map(output_text),
+            content: text.map(|text| Part {
+                logprobs,
+                ..output_text(text)
+            }),
         }
     }
 }
@@ -288,7 +314,8 @@ pub struct TextDelta<'a> {
     pub output_index: u32,
     pub content_index: u32,
     pub delta: &'a str,
-    pub logprobs: [u8; 0],
+    /// The delta's tokens (vLLM's streamed shape), when asked for; else empty.
+    pub logprobs: &'a [Value],
 }
 
 /// `response.output_item.added` / `.done`.

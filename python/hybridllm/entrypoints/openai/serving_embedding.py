@@ -45,5 +45,10 @@ async def embeddings(request: Request) -> Response:
         raise from_engine(e) from None
     except ClientDisconnected:
         return Response(status_code=499)  # nobody is left to read it
-    return Response(resp.body([list(e.values) for e in reply.embeddings]),
-                    media_type="application/json")
+    vectors = [list(e.values) for e in reply.embeddings]
+    raw = resp.raw(vectors)
+    if raw is not None:  # vLLM's "bytes": the vectors' bytes, described by a header
+        body, media_type, metadata = raw
+        return Response(body, media_type=media_type,
+                        headers=None if metadata is None else {"metadata": metadata})
+    return Response(resp.body(vectors), media_type="application/json")

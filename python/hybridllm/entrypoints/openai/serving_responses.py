@@ -1,9 +1,10 @@
 """OpenAI's Responses API (responses.rs), text only: POST /v1/responses and the stored
-responses (GET, DELETE, input items). The rules, events and stored objects are the core's
-(hybridllm._api); this is their HTTP shell."""
+responses (GET, DELETE, input items), a background response's task and its cancel. The
+rules, events and stored objects are the core's (hybridllm._api); this is their HTTP shell."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 
@@ -43,12 +44,39 @@ async def create_response(request: Request) -> Response:
         if max_tokens is not None:
             break
         first += 1
+    background = call.background
     gen, resp = call.plan(ids, max_tokens)
+    if background:
+        body = resp.queued()
+        task = asyncio.create_task(_run_in_background(state, gen, resp))
+        state.background[resp.id] = task
+        return _json(body)
     events = await unless_disconnected(request, generate_many(state, [gen]))
     if resp.stream:
         return SSEResponse(_stream(resp, events), done=False)
     await feed_all(request, resp, events)
     return _json(resp.body())
+
+
+async def _run_in_background(state: AppState, gen: _api.EngineRequest,
+                             resp: _api.ResponsesResponse) -> None:
+    """A background response's task: run as a request not streamed, its stored object moved
+    from queued to in_progress to its end (or failed); a cancel cancels the task, which closes
+    its engine stream and so aborts the engine request."""
+    try:
+        events = await generate_many(state, [gen])
+        resp.started()
+        try:
+            async for p, step in events:
+                resp.feed_step(p, step)
+        finally:
+            await events.aclose()  # type: ignore[attr-defined]
+        resp.body()
+    except _api.ApiError as e:
+        logger.warning("background response %s failed: %s", resp.id, e.args[1])
+        resp.failed(e)
+    finally:
+        state.background.pop(resp.id, None)
 
 
 async def _stream(resp: _api.ResponsesResponse, events: Steps) -> AsyncIterator[bytes]:
@@ -71,7 +99,18 @@ async def _stream(resp: _api.ResponsesResponse, events: Steps) -> AsyncIterator[
 @router.get("/v1/responses/{response_id}")
 async def retrieve_response(request: Request, response_id: str) -> Response:
     state = get_state(request)
+    _api.ResponseStore.check_retrieve_query(request.query_params.get("stream"))
     return _json(state.responses.retrieve(response_id, _owner(state, request)))
+
+
+@router.post("/v1/responses/{response_id}/cancel")
+async def cancel_response(request: Request, response_id: str) -> Response:
+    state = get_state(request)
+    body = state.responses.cancel(response_id, _owner(state, request))
+    task = state.background.pop(response_id, None)
+    if task is not None:
+        task.cancel()
+    return _json(body)
 
 
 @router.delete("/v1/responses/{response_id}")

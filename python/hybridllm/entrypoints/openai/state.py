@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 
@@ -24,6 +25,8 @@ class AppState:
     auth: _api.Auth  # who may call what (the core's rule)
     responses: _api.ResponseStore  # /v1/responses objects created with store: true
     created: int = field(default_factory=lambda: int(time.time()))
+    # The tasks running background responses, by response id (a cancel cancels its task).
+    background: dict[str, asyncio.Task[None]] = field(default_factory=dict)
 
 
 def get_state(request: Request) -> AppState:

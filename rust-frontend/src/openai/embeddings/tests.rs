@@ -85,7 +85,7 @@ async fn refusals_name_the_field() {
         (
             json!({"input": "a", "encoding_format": "x"}),
             "encoding_format",
-            "encoding_format must be 'float' or 'base64', got 'x'.",
+            "encoding_format must be 'float', 'base64', 'bytes' or 'bytes_only', got 'x'.",
         ),
         (
             json!({"input": "a", "truncate_prompt_tokens": 65}),

@@ -241,7 +241,8 @@ async fn store_false_is_not_kept() {
 #[tokio::test]
 async fn unsupported_fields_are_refused_by_name() {
     let cases = [
-        (json!({"background": true}), "background"),
+        (json!({"background": true, "store": false}), "background"),
+        (json!({"background": true, "stream": true}), "stream"),
         (json!({"tools": [{"type": "web_search"}]}), "tools[0].type"),
         (json!({"tool_choice": "required"}), "tool_choice"),
         (json!({"reasoning": {"effort": "low"}}), "reasoning"),
@@ -278,4 +279,38 @@ async fn unsupported_fields_are_refused_by_name() {
                       "text": {"format": {"type": "text"}}, "include": [], "background": false});
     let (status, _) = call(fake_engine::state(engine), "POST", PATH, Some(body)).await;
     assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn background_runs_in_its_task_and_cannot_be_cancelled_once_done() {
+    let engine = FakeEngine::new(vec![foo_bar()]);
+    let state = fake_engine::state(engine);
+    let body = json!({"input": "Hello", "background": true});
+    let (status, q) = call(state.clone(), "POST", PATH, Some(body)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        (&q["status"], &q["background"], &q["output"], &q["usage"]),
+        (&json!("queued"), &json!(true), &json!([]), &Value::Null)
+    );
+    let rid = q["id"].as_str().unwrap().to_string();
+    let mut done = Value::Null;
+    for _ in 0..200 {
+        let (_, got) = call(state.clone(), "GET", &format!("{PATH}/{rid}"), None).await;
+        if got["status"] == "completed" {
+            done = got;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    assert_eq!(done["output"][0]["content"][0]["text"], " foo bar");
+    assert!(state.background.lock().unwrap().is_empty());
+    let (status, err) = call(state.clone(), "POST", &format!("{PATH}/{rid}/cancel"), None).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        err["error"],
+        json!({"message": "Cannot cancel a synchronous response.", "type": "BadRequestError",
+               "param": "response_id", "code": 400})
+    );
+    let (status, _) = call(state, "POST", &format!("{PATH}/resp_x/cancel"), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
 }
