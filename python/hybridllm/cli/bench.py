@@ -15,6 +15,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         embed,
         engine_step,
         frontend_overhead,
+        linears,
         serve,
         soak,
         spec,
@@ -32,3 +33,4 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     beam.add_parser(kinds)
     structured.add_parser(kinds)
     spec.add_parser(kinds)
+    linears.add_parser(kinds)
