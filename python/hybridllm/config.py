@@ -159,6 +159,9 @@ class EngineArgs:
     # vLLM's speculative_config: a dict (LLM), its JSON text (--speculative-config) or a
     # SpeculativeConfig; None: no speculation.
     speculative_config: dict[str, Any] | str | SpeculativeConfig | None = None
+    # vLLM's pooler_config for an embedding model: a dict (LLM) or its JSON text
+    # (--pooler-config); None: the folder's sentence-transformers settings.
+    pooler_config: dict[str, Any] | str | None = None
 
     @staticmethod
     def add_cli_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -219,6 +222,13 @@ class EngineArgs:
                                  '\'{"method": "ngram", "num_speculative_tokens": 4, '
                                  '"prompt_lookup_max": 4, "prompt_lookup_min": 2}\' (n-gram '
                                  'prompt lookup, the only method).')
+        parser.add_argument("--pooler-config", "--override-pooler-config", type=str,
+                            default=None,
+                            help='An embedding model\'s pooling as JSON, vLLM\'s keys: '
+                                 'pooling_type (auto, MEAN, CLS, LAST), normalize, '
+                                 'enable_chunked_processing (inputs longer than '
+                                 '--max-model-len pooled in chunks of it, the chunks averaged '
+                                 'by token count), max_embed_len (the longest input taken).')
         return parser
 
     @classmethod
@@ -240,8 +250,13 @@ class EngineArgs:
         max_positions = default_len = model_cfg.max_positions
         if task == "embed":
             pooler = PoolerConfig.from_folder(folder)
+            if self.pooler_config is not None:
+                pooler = pooler.with_overrides(self.pooler_config)
             # sentence-transformers' max_seq_length is the model's input limit (as in vLLM).
             default_len = min(pooler.max_seq_length or max_positions, max_positions)
+        elif self.pooler_config is not None:
+            raise ValueError(f"pooler_config: {folder.name} is a generative model; pooling "
+                             "settings apply to embedding models")
         device = torch.device(
             ("cuda" if torch.cuda.is_available() else "cpu") if self.device == "auto"
             else self.device

@@ -252,6 +252,8 @@ impl From<pb::ModelInfo> for hybridllm_api::context::ModelFacts {
             lowercase_inputs: m.lowercase_inputs,
             max_num_seqs: m.max_num_seqs,
             priority_scheduling: m.priority_scheduling,
+            chunked_processing: m.chunked_processing,
+            max_embed_len: m.max_embed_len,
         }
     }
 }

@@ -288,6 +288,8 @@ pub fn state(engine: Arc<FakeEngine>) -> Arc<AppState> {
             priority_scheduling: false,
             hidden_size: 0,
             lowercase_inputs: false,
+            chunked_processing: false,
+            max_embed_len: None,
             grammars: Err("the test tokenizer has no byte-level vocabulary".into()),
             tools: Default::default(),
             reasoning: None,

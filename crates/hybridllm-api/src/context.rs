@@ -38,6 +38,12 @@ pub struct ApiContext {
     pub hidden_size: u32,
     /// The embedding model's tokenizer expects lowercased text (BERT uncased).
     pub lowercase_inputs: bool,
+    /// vLLM's `--pooler-config` `enable_chunked_processing`: an embedding input longer than
+    /// `max_model_len` is pooled in chunks of `max_model_len` tokens, the chunks averaged.
+    pub chunked_processing: bool,
+    /// `--pooler-config` `max_embed_len`: the longest embedding input (None: no limit
+    /// beyond `max_model_len` without chunked processing).
+    pub max_embed_len: Option<usize>,
     /// Structured outputs' compiler, or why this model has none (an embedding model, a
     /// tokenizer whose vocabulary llguidance cannot read as bytes).
     pub grammars: Result<Arc<GrammarCompiler>, String>,
@@ -72,6 +78,9 @@ pub struct ModelFacts {
     pub lowercase_inputs: bool,
     pub max_num_seqs: u32,
     pub priority_scheduling: bool,
+    pub chunked_processing: bool,
+    /// 0: no limit.
+    pub max_embed_len: u32,
 }
 
 /// The serve options that shape the API (vLLM's flags).
@@ -190,6 +199,8 @@ impl ApiContext {
             priority_scheduling: model.priority_scheduling,
             hidden_size: model.hidden_size,
             lowercase_inputs: model.lowercase_inputs,
+            chunked_processing: model.chunked_processing,
+            max_embed_len: (model.max_embed_len > 0).then_some(model.max_embed_len as usize),
         })
     }
 
@@ -300,6 +311,8 @@ pub(crate) fn test_context() -> ApiContext {
         priority_scheduling: false,
         hidden_size: 0,
         lowercase_inputs: false,
+        chunked_processing: false,
+        max_embed_len: None,
         tools: ToolOptions::default(),
         reasoning: None,
         force_include_usage: false,

@@ -283,7 +283,10 @@ fn token_ids(
         .collect()
 }
 
-fn check_lengths(ids: &[Vec<u32>], listed: bool, max_len: usize) -> Result<(), ApiError> {
+/// Each input within the limits: at most `max_embed_len` tokens when set (vLLM's message),
+/// and at most `max_model_len` unless chunked processing pools longer ones in pieces.
+fn check_lengths(ctx: &ApiContext, ids: &[Vec<u32>], listed: bool) -> Result<(), ApiError> {
+    let max_len = ctx.max_model_len as usize;
     for (i, x) in ids.iter().enumerate() {
         let at = if listed {
             format!("input[{i}]")
@@ -293,7 +296,15 @@ fn check_lengths(ids: &[Vec<u32>], listed: bool, max_len: usize) -> Result<(), A
         if x.is_empty() {
             return Err(bad_input(format!("{at} has no tokens after tokenization.")));
         }
-        if x.len() > max_len {
+        if let Some(limit) = ctx.max_embed_len.filter(|&l| x.len() > l) {
+            return Err(bad_input(format!(
+                "This model's maximum embedding input length is {limit} tokens. However, you \
+                 requested {} tokens in the input for embedding generation. Please reduce the \
+                 length of the input.",
+                x.len()
+            )));
+        }
+        if x.len() > max_len && !ctx.chunked_processing {
             return Err(bad_input(format!(
                 "{at} has {} tokens, more than the model's maximum input length of {max_len} \
                  tokens; pass truncate_prompt_tokens to truncate it.",
@@ -302,6 +313,49 @@ fn check_lengths(ids: &[Vec<u32>], listed: bool, max_len: usize) -> Result<(), A
         }
     }
     Ok(())
+}
+
+/// vLLM's chunked processing: each input longer than `chunk` tokens is cut into pieces of
+/// `chunk` tokens (the first keeps [CLS], the last [SEP]), each pooled by the worker as an
+/// input of its own. Returns the worker's inputs and, when any input was cut, each input's
+/// piece lengths (the weights `merge_chunks` averages the pieces' vectors by).
+fn split_chunks(ids: Vec<Vec<u32>>, chunk: usize) -> (Vec<Vec<u32>>, Option<Vec<Vec<usize>>>) {
+    if ids.iter().all(|x| x.len() <= chunk) {
+        return (ids, None);
+    }
+    let mut inputs = vec![];
+    let mut pieces = vec![];
+    for x in ids {
+        let lens = x.chunks(chunk).map(<[u32]>::len).collect();
+        inputs.extend(x.chunks(chunk).map(<[u32]>::to_vec));
+        pieces.push(lens);
+    }
+    (inputs, Some(pieces))
+}
+
+/// One vector per input: a cut input's piece vectors averaged, each weighted by its token
+/// count, as vLLM aggregates them (each piece pooled and normalized as the request asks;
+/// the mean itself is not normalized again).
+fn merge_chunks(vectors: Vec<Vec<f32>>, pieces: &[Vec<usize>]) -> Vec<Vec<f32>> {
+    let mut vectors = vectors.into_iter();
+    pieces
+        .iter()
+        .map(|lens| {
+            let group: Vec<Vec<f32>> = vectors.by_ref().take(lens.len()).collect();
+            if let [one] = &group[..] {
+                return one.clone();
+            }
+            let total: usize = lens.iter().sum();
+            let dim = group.first().map_or(0, Vec::len);
+            let mut sum = vec![0f64; dim];
+            for (v, &n) in group.iter().zip(lens) {
+                for (s, &x) in sum.iter_mut().zip(v) {
+                    *s += f64::from(x) * n as f64;
+                }
+            }
+            sum.into_iter().map(|s| (s / total as f64) as f32).collect()
+        })
+        .collect()
 }
 
 /// A valid embedding request before its text inputs are tokenized.
@@ -408,14 +462,17 @@ impl EmbeddingCall {
             .caller
             .ids(if self.pooling { "pooling" } else { "embd" })?;
         let ids = token_ids(ctx, self.inputs, self.limit, self.special)?;
-        check_lengths(&ids, self.listed, ctx.max_model_len as usize)?;
+        check_lengths(ctx, &ids, self.listed)?;
+        let prompt_tokens = ids.iter().map(Vec::len).sum();
+        let (ids, pieces) = split_chunks(ids, ctx.max_model_len as usize);
         let resp = EmbeddingResponse {
             id: rid.response,
             engine_id: rid.engine,
             model: ctx.model_name().to_string(),
-            prompt_tokens: ids.iter().map(Vec::len).sum(),
+            prompt_tokens,
             format: self.format,
             pooling: self.pooling,
+            pieces,
         };
         Ok((ids, resp))
     }
@@ -480,6 +537,9 @@ pub struct EmbeddingResponse {
     prompt_tokens: usize,
     format: Format,
     pooling: bool,
+    /// Chunked processing: each input's piece lengths, when any input was cut (the worker
+    /// then answers one vector per piece).
+    pieces: Option<Vec<Vec<usize>>>,
 }
 
 /// How the vectors are written (`encoding_format`).
@@ -603,6 +663,14 @@ impl EmbeddingResponse {
         let Format::Bytes { enc, metadata } = self.format else {
             return None;
         };
+        let merged;
+        let vectors = match &self.pieces {
+            Some(p) => {
+                merged = merge_chunks(vectors.to_vec(), p);
+                &merged[..]
+            }
+            None => vectors,
+        };
         let (dtype, endianness) = enc.names();
         let mut body = vec![];
         let mut items = vec![];
@@ -634,6 +702,10 @@ impl EmbeddingResponse {
 
     /// The body of the worker's vectors, one per input in input order.
     pub fn body(&self, vectors: Vec<Vec<f32>>) -> Vec<u8> {
+        let vectors = match &self.pieces {
+            Some(p) => merge_chunks(vectors, p),
+            None => vectors,
+        };
         let vectors = vectors.into_iter().map(|values| match self.format {
             Format::Base64(enc) | Format::Bytes { enc, .. } => {
                 Vector::Base64(base64::engine::general_purpose::STANDARD.encode(enc.bytes(&values)))
@@ -678,5 +750,64 @@ impl EmbeddingResponse {
             }),
         })
         .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_inputs_are_cut_into_pieces_of_the_model_length() {
+        let (inputs, pieces) = split_chunks(vec![vec![1, 2, 3], vec![9; 10]], 4);
+        assert_eq!(
+            inputs,
+            vec![vec![1, 2, 3], vec![9; 4], vec![9; 4], vec![9; 2]]
+        );
+        assert_eq!(pieces, Some(vec![vec![3], vec![4, 4, 2]]));
+        let (inputs, pieces) = split_chunks(vec![vec![1, 2, 3, 4]], 4);
+        assert_eq!((inputs, pieces), (vec![vec![1, 2, 3, 4]], None));
+    }
+
+    #[test]
+    fn pieces_average_by_their_token_counts() {
+        let vectors = vec![
+            vec![1.0, 2.0],
+            vec![1.0, 0.0],
+            vec![0.0, 1.0],
+            vec![4.0, 4.0],
+        ];
+        let merged = merge_chunks(vectors, &[vec![5], vec![3, 1], vec![7]]);
+        assert_eq!(
+            merged,
+            vec![vec![1.0, 2.0], vec![0.75, 0.25], vec![4.0, 4.0]]
+        );
+    }
+
+    fn ctx(chunked: bool, max_embed_len: Option<usize>) -> ApiContext {
+        let mut c = crate::context::test_context();
+        c.chunked_processing = chunked;
+        c.max_embed_len = max_embed_len;
+        c
+    }
+
+    #[test]
+    fn limits_with_and_without_chunked_processing() {
+        let long = vec![vec![5u32; 40]];
+        let off = check_lengths(&ctx(false, None), &long, false).unwrap_err();
+        assert!(off
+            .to_string()
+            .contains("more than the model's maximum input length of 32"));
+        assert!(check_lengths(&ctx(true, None), &long, false).is_ok());
+        assert!(check_lengths(&ctx(true, Some(40)), &long, false).is_ok());
+        let over = check_lengths(&ctx(true, Some(39)), &long, true).unwrap_err();
+        assert_eq!(
+            over.to_string(),
+            "This model's maximum embedding input length is 39 tokens. However, you requested \
+             40 tokens in the input for embedding generation. Please reduce the length of the \
+             input."
+        );
+        // max_embed_len below max_model_len lowers the limit, chunked or not (vLLM's check).
+        assert!(check_lengths(&ctx(false, Some(20)), &[vec![5; 21]], false).is_err());
     }
 }

@@ -284,7 +284,8 @@ impl Context {
     #[pyo3(signature = (*, tokenizer, template, served_names, max_model_len, vocab_size,
                         max_tokens_limit, max_beam_width, embed, bos_token, eos_token,
                         eos_token_ids, max_num_seqs, hidden_size, lowercase_inputs,
-                        priority_scheduling=false))]
+                        priority_scheduling=false, chunked_processing=false,
+                        max_embed_len=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         tokenizer: &Tokenizer,
@@ -302,6 +303,8 @@ impl Context {
         hidden_size: u32,
         lowercase_inputs: bool,
         priority_scheduling: bool,
+        chunked_processing: bool,
+        max_embed_len: Option<usize>,
     ) -> PyResult<Self> {
         if served_names.is_empty() {
             return Err(PyValueError::new_err("served_names must not be empty"));
@@ -341,6 +344,8 @@ impl Context {
                 priority_scheduling,
                 hidden_size,
                 lowercase_inputs,
+                chunked_processing,
+                max_embed_len,
                 tools: Default::default(),
                 reasoning: None,
                 force_include_usage: false,
@@ -416,7 +421,9 @@ impl Context {
             hidden_size,
             lowercase_inputs,
             max_num_seqs,
-            priority_scheduling
+            priority_scheduling,
+            chunked_processing,
+            max_embed_len
         );
         let template = o.override_template().map_err(err)?;
         let inner = ApiContext::build(&facts, &o, template).map_err(err)?;

@@ -8,9 +8,11 @@ normalized.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 POOLING_TYPES = ("cls", "mean", "max", "mean_sqrt_len_tokens", "lasttoken")
 # sentence-transformers' legacy flags, in its order.
@@ -31,6 +33,10 @@ class PoolerConfig:
     normalize: bool  # the default of PoolingParams.normalize for embed
     max_seq_length: int | None  # sentence-transformers' input limit (tokens, specials included)
     do_lower_case: bool = False
+    # vLLM's --pooler-config: inputs longer than max_model_len pooled in chunks of it (the
+    # API core cuts them and averages the chunks), and the longest input taken (None: any).
+    enable_chunked_processing: bool = False
+    max_embed_len: int | None = None
 
     @classmethod
     def from_folder(cls, folder: str | Path) -> PoolerConfig:
@@ -57,6 +63,48 @@ class PoolerConfig:
         return cls(
             pooling_type, normalize, st.get("max_seq_length"), bool(st.get("do_lower_case"))
         )
+
+
+    def with_overrides(self, value: dict[str, Any] | str) -> PoolerConfig:
+        """vLLM's --pooler-config (a JSON object) over the folder's own settings."""
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"pooler_config is not valid JSON: {e}") from None
+        if not isinstance(value, dict):
+            raise ValueError("pooler_config must be a JSON object (a dict), got "
+                             f"{type(value).__name__}")
+        unknown = sorted(set(value) - set(_OVERRIDES))
+        if unknown:
+            raise ValueError(f"pooler_config: unsupported field(s) {', '.join(unknown)}; "
+                             f"supported: {', '.join(_OVERRIDES)}")
+        changes: dict[str, Any] = {}
+        pooling_type = value.get("pooling_type")
+        if pooling_type is not None and str(pooling_type).lower() != "auto":
+            if pooling_type not in VLLM_POOLING_TYPES:
+                raise ValueError(f"pooler_config.pooling_type must be one of "
+                                 f"{', '.join(['auto', *VLLM_POOLING_TYPES])}; "
+                                 f"got {pooling_type!r}")
+            changes["pooling_type"] = VLLM_POOLING_TYPES[pooling_type]
+        for name in ("normalize", "enable_chunked_processing"):
+            flag = value.get(name)
+            if flag is not None:
+                if not isinstance(flag, bool):
+                    raise ValueError(f"pooler_config.{name} must be true or false; got {flag!r}")
+                changes[name] = flag
+        limit = value.get("max_embed_len")
+        if limit is not None:
+            if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+                raise ValueError("pooler_config.max_embed_len must be an integer of at least "
+                                 f"1; got {limit!r}")
+            changes["max_embed_len"] = limit
+        return dataclasses.replace(self, **changes)
+
+
+# vLLM's PoolingType names for the modes pooled here (ALL and STEP return per-token data).
+VLLM_POOLING_TYPES = {"MEAN": "mean", "CLS": "cls", "LAST": "lasttoken"}
+_OVERRIDES = ("pooling_type", "normalize", "enable_chunked_processing", "max_embed_len")
 
 
 def _pooling_type(path: Path) -> str:

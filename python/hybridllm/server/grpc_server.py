@@ -92,6 +92,8 @@ class EngineServicer(pb_grpc.EngineServicer):
             lowercase_inputs=bool(embed and cfg.pooler.do_lower_case),
             max_num_seqs=cfg.scheduler.max_num_seqs,
             priority_scheduling=cfg.scheduler.policy == "priority",
+            chunked_processing=bool(embed and cfg.pooler.enable_chunked_processing),
+            max_embed_len=(embed and cfg.pooler.max_embed_len) or 0,
         )
         if getattr(cfg.model, "bos_token_id", None) is not None:
             msg.bos_token_id = cfg.model.bos_token_id
