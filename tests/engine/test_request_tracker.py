@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import threading
 from pathlib import Path
 
 import pytest
@@ -67,3 +68,40 @@ async def test_dead_engine_ends_running_requests_and_refuses_new_ones(
     assert 0 < len(seen) < 50
     with pytest.raises(EngineDeadError):
         await tracker.generate(PROMPT_IDS, params, "after").__anext__()
+
+
+async def test_engine_loads_and_steps_on_one_thread(model_path: Path) -> None:
+    """from_engine_args builds the engine on the thread that steps it (one OpenMP pool per
+    process: async_llm_engine's docstring); a build that fails raises in the caller."""
+    engine = mock_engine(model_path)
+    stepped: set[int] = set()
+    step = engine.engine.step_requests
+
+    def recording_step(*args: object, **kwargs: object) -> object:
+        stepped.add(threading.get_ident())
+        return step(*args, **kwargs)
+
+    engine.engine.step_requests = recording_step  # type: ignore[method-assign]
+    built_on = engine._thread
+    assert built_on is not None and built_on is not threading.current_thread()
+    assert built_on.is_alive() and built_on.name == "engine-loop"
+    params = SamplingParams(temperature=0, max_tokens=3, ignore_eos=True)
+    outs = [o async for o in RequestTracker(engine).generate(PROMPT_IDS, params, "r")]
+    assert len(outs[-1].outputs[0].token_ids) == 3
+    assert stepped == {built_on.ident}
+    await engine.shutdown()
+    assert not built_on.is_alive()
+
+    def broken() -> async_llm_engine.LLMEngine:
+        raise RuntimeError("no model here")
+
+    with pytest.raises(RuntimeError, match="no model here"):
+        AsyncLLMEngine.on_own_thread(broken)
+
+
+async def test_an_engine_never_started_shuts_down(model_path: Path) -> None:
+    engine = mock_engine(model_path)
+    thread = engine._thread
+    assert thread is not None and thread.is_alive()
+    await engine.shutdown()
+    assert not thread.is_alive()

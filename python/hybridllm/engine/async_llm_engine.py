@@ -15,6 +15,13 @@ A step's outputs are handed on while the next step's forward pass is in flight (
 where the forward pass runs on this thread's CPU), and all the event loop is to do with them
 goes out in one wake-up: the loop does its part while the engine thread waits on the model
 (GIL released), and building them costs the GPU no idle time.
+
+`from_engine_args` builds the engine on the engine thread too, so that one thread runs every
+torch op of the process. OpenMP (libgomp) keeps a pool of threads per thread that enters a
+parallel region: an engine loaded on the main thread and stepped on another made two pools,
+more OpenMP threads than cores on a 2-core machine, and libgomp then stops spinning between
+parallel regions (each of a decode step's ~150 regions waited on a futex): 37.9 ms per decode
+token instead of 21.4 with the bundled model (docs/benchmarks.md, the serving race).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import os
 import threading
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Protocol
 
 from hybridllm.config import EngineArgs
@@ -76,6 +84,7 @@ class AsyncLLMEngine:
         self._wakeup = threading.Event()
         self._stopping = False
         self._thread: threading.Thread | None = None
+        self._go = threading.Event()  # start(): an engine thread built by `on_own_thread` runs
         self._loop: asyncio.AbstractEventLoop | None = None
         self.error: BaseException | None = None
         self.num_steps = 0
@@ -87,17 +96,42 @@ class AsyncLLMEngine:
 
     @classmethod
     def from_engine_args(cls, args: EngineArgs, detokenize: bool = False) -> AsyncLLMEngine:
-        """The engine the model's task calls for (models.task)."""
+        """The engine the model's task calls for (models.task), built on its engine thread."""
         config = args.resolve()
         if config.task == "embed":
-            return cls(PoolingEngine(config))
-        return cls(LLMEngine(config, detokenize=detokenize))
+            return cls.on_own_thread(lambda: PoolingEngine(config))
+        return cls.on_own_thread(lambda: LLMEngine(config, detokenize=detokenize))
+
+    @classmethod
+    def on_own_thread(cls, build: Callable[[], LLMEngine | PoolingEngine]) -> AsyncLLMEngine:
+        """`build()` run on a new engine thread, which then waits for `start()` to step the
+        engine: the model loads where it will run (the module docstring says why). Raises
+        what `build` raised."""
+        built: Future[AsyncLLMEngine] = Future()
+
+        def main() -> None:
+            try:
+                me = cls(build())
+            except BaseException as e:  # noqa: BLE001 - handed to the caller
+                built.set_exception(e)
+                return
+            me._thread = threading.current_thread()
+            built.set_result(me)
+            me._go.wait()
+            if not me._stopping:
+                me._run()
+
+        threading.Thread(target=main, name="engine-loop", daemon=True).start()
+        return built.result()
 
     def start(self) -> None:
         if self._thread is None:
             self._loop = asyncio.get_running_loop()
             self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
             self._thread.start()
+        elif not self._go.is_set():  # built on its own thread, which waits for this
+            self._loop = asyncio.get_running_loop()
+            self._go.set()
 
     def add_request(
         self, request_id: str, prompt: str | list[int],
@@ -245,6 +279,7 @@ class AsyncLLMEngine:
         """Stop after the step in flight; requests still running get no more outputs."""
         self._stopping = True
         self._wakeup.set()
+        self._go.set()
         if self._thread is not None:
             await asyncio.to_thread(self._thread.join)
         if isinstance(self.engine, LLMEngine):
