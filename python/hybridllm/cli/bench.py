@@ -1,5 +1,5 @@
 """`hybridllm bench throughput|serve|frontend-overhead|batching|embed|engine-step|soak|beam|
-structured|spec`."""
+structured|spec|race`."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         engine_step,
         frontend_overhead,
         linears,
+        race,
         serve,
         soak,
         spec,
@@ -34,3 +35,4 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     structured.add_parser(kinds)
     spec.add_parser(kinds)
     linears.add_parser(kinds)
+    race.add_parser(kinds)
