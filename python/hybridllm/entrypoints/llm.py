@@ -13,18 +13,12 @@ from hybridllm.engine.pooling_engine import PoolingEngine
 from hybridllm.entrypoints.generate.beam_search.offline import BeamSearchOfflineMixin
 from hybridllm.entrypoints.offline_loop import run_to_completion
 from hybridllm.entrypoints.pooling.offline import PoolingOfflineMixin
+from hybridllm.entrypoints.prompt_inputs import PromptType, is_single_prompt, prompt_of
 from hybridllm.outputs import RequestOutput
 from hybridllm.sampling_params import SamplingParams
 from hybridllm.text.chat_template import render_chat
 
-PromptType = str | list[int]
 Messages = list[dict[str, Any]]
-
-
-def _is_single_prompt(prompts: Any) -> bool:
-    return isinstance(prompts, str) or (
-        isinstance(prompts, list) and (not prompts or isinstance(prompts[0], int))
-    )
 
 
 class OfflineInferenceMixin:
@@ -54,7 +48,7 @@ class OfflineInferenceMixin:
         "Processed prompts" progress bar shows on a terminal unless `use_tqdm=False`, and
         `priority` (one per prompt; needs --scheduling-policy priority) orders the queue."""
         engine = self._generate_engine("generate")
-        batch = [prompts] if _is_single_prompt(prompts) else list(prompts)
+        batch = [prompts] if is_single_prompt(prompts) else list(prompts)
         if sampling_params is None or isinstance(sampling_params, SamplingParams):
             params = [sampling_params or SamplingParams()] * len(batch)
         else:
@@ -71,7 +65,8 @@ class OfflineInferenceMixin:
         try:
             for i, (prompt, p) in enumerate(zip(batch, params)):
                 rid = str(next(self._counter))
-                engine.add_request(rid, prompt, p, priority=priority[i] if priority else 0)
+                engine.add_request(rid, prompt_of(prompt), p,
+                                   priority=priority[i] if priority else 0)
                 ids.append(rid)
         except BaseException:
             # One refused request (a grammar that does not compile, say) refuses the call:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from typing import Any
 
 from hybridllm.engine.llm_engine import LLMEngine
 from hybridllm.engine.pooling_engine import PoolingEngine
@@ -13,20 +12,8 @@ from hybridllm.entrypoints.generate.beam_search.utils import (
     to_beam_search_output,
 )
 from hybridllm.entrypoints.offline_loop import run_to_completion
+from hybridllm.entrypoints.prompt_inputs import PromptType, is_single_prompt, prompt_of
 from hybridllm.sampling_params import BeamSearchParams
-
-BeamPrompt = str | list[int] | dict[str, Any]
-
-
-def _prompt_of(prompt: BeamPrompt) -> str | list[int]:
-    """A string, token ids, or vLLM's {"prompt": ...} / {"prompt_token_ids": [...]}."""
-    if isinstance(prompt, dict):
-        if "prompt_token_ids" in prompt:
-            return list(prompt["prompt_token_ids"])
-        if "prompt" in prompt:
-            return str(prompt["prompt"])
-        raise ValueError('prompts: a dict prompt needs "prompt" or "prompt_token_ids".')
-    return prompt
 
 
 class BeamSearchOfflineMixin:
@@ -37,7 +24,7 @@ class BeamSearchOfflineMixin:
 
     def beam_search(
         self,
-        prompts: BeamPrompt | Sequence[BeamPrompt],
+        prompts: PromptType | Sequence[PromptType],
         params: BeamSearchParams,
         use_tqdm: bool = False,
     ) -> list[BeamSearchOutput]:
@@ -52,14 +39,11 @@ class BeamSearchOfflineMixin:
             )
         if not isinstance(params, BeamSearchParams):
             raise ValueError("params: give a BeamSearchParams.")
-        single = isinstance(prompts, (str, dict)) or (
-            isinstance(prompts, list) and bool(prompts) and isinstance(prompts[0], int)
-        )
-        batch = [prompts] if single else list(prompts)  # type: ignore[list-item]
+        batch = [prompts] if is_single_prompt(prompts) else list(prompts)  # type: ignore[list-item]
         ids = []
         for prompt in batch:
             rid = str(next(self._counter))
-            engine.add_request(rid, _prompt_of(prompt), params)
+            engine.add_request(rid, prompt_of(prompt), params)
             ids.append(rid)
         tokenizer = engine.output_processor.tokenizer  # the offline engine decodes text
         assert tokenizer is not None
