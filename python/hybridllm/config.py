@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Any
 import torch
 
 from hybridllm.distributed.parallel_state import ParallelConfig
+from hybridllm.json_config import json_object
 
 _DTYPES = {
     "float32": torch.float32,
@@ -98,19 +98,8 @@ class SpeculativeConfig:
         """From LLM(speculative_config={...}) or --speculative-config '{...}' (JSON)."""
         if isinstance(value, SpeculativeConfig):
             return value
-        if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"speculative_config is not valid JSON: {e}") from None
-        if not isinstance(value, dict):
-            raise ValueError("speculative_config must be a JSON object (a dict), got "
-                             f"{type(value).__name__}")
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(value) - names)
-        if unknown:
-            raise ValueError(f"speculative_config: unknown field(s) {', '.join(unknown)}; "
-                             f"allowed: {', '.join(sorted(names))}")
+        names = sorted(f.name for f in dataclasses.fields(cls))
+        value = json_object(value, "speculative_config", names)
         if "num_speculative_tokens" not in value:
             raise ValueError("speculative_config.num_speculative_tokens is required")
         return cls(**value)

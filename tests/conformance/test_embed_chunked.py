@@ -146,7 +146,7 @@ def test_pooler_config_is_checked_at_start_up() -> None:
             pooler.max_embed_len) == ("cls", False, True, MAX_EMBED_LEN)
     assert EngineArgs(model=embed).resolve().pooler.enable_chunked_processing is False
     for value, message in (
-            ('{"softmax": true}', "pooler_config: unsupported field(s) softmax; supported: "
+            ('{"softmax": true}', "pooler_config: unknown field(s) softmax; allowed: "
                                   "pooling_type, normalize, enable_chunked_processing, "
                                   "max_embed_len"),
             ('{"pooling_type": "STEP"}', "pooler_config.pooling_type must be one of auto, "

@@ -285,48 +285,31 @@ def wait_ready(server: Server, model: str, deadline: float) -> str:
         time.sleep(0.5)
 
 
+def common_flags(args: argparse.Namespace, name: str) -> list[str]:
+    """The serve flags both servers take alike (vLLM's spelling, which hybridllm shares)."""
+    return [
+        "--served-model-name", name,
+        "--dtype", args.dtype,
+        "--max-model-len", str(args.max_model_len),
+        "--max-num-seqs", str(args.max_num_seqs),
+        "--no-enable-prefix-caching",
+    ]  # fmt: skip
+
+
 def hybridllm_flags(args: argparse.Namespace, folder: str, name: str) -> list[str]:
     return [
-        "--model",
-        folder,
-        "--served-model-name",
-        name,
-        "--dtype",
-        args.dtype,
-        "--max-model-len",
-        str(args.max_model_len),
-        "--max-num-seqs",
-        str(args.max_num_seqs),
-        "--kv-cache-memory",
-        str(args.kv_cache_gib << 30),
-        "--no-enable-prefix-caching",
-    ]
+        "--model", folder, *common_flags(args, name),
+        "--kv-cache-memory", str(args.kv_cache_gib << 30),
+    ]  # fmt: skip
 
 
 def vllm_argv(args: argparse.Namespace, venv: Path, folder: str, name: str, port: int) -> list[str]:
     # Request and access logs off, as hybridllm's --disable-log-requests.
     return [
-        str(venv / "bin" / "vllm"),
-        "serve",
-        folder,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--served-model-name",
-        name,
-        "--dtype",
-        args.dtype,
-        "--max-model-len",
-        str(args.max_model_len),
-        "--max-num-seqs",
-        str(args.max_num_seqs),
-        "--no-enable-prefix-caching",
-        "--disable-uvicorn-access-log",
-        "--no-enable-log-requests",
-        "--seed",
-        str(args.seed),
-    ]
+        str(venv / "bin" / "vllm"), "serve", folder,
+        "--host", "127.0.0.1", "--port", str(port), *common_flags(args, name),
+        "--disable-uvicorn-access-log", "--no-enable-log-requests", "--seed", str(args.seed),
+    ]  # fmt: skip
 
 
 def start(name: str, args: argparse.Namespace, ctx: dict[str, Any]) -> tuple[Server, dict]:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hybridllm.json_config import json_object
+
 POOLING_TYPES = ("cls", "mean", "max", "mean_sqrt_len_tokens", "lasttoken")
 # sentence-transformers' legacy flags, in its order.
 _LEGACY_FLAGS = {
@@ -67,18 +69,7 @@ class PoolerConfig:
 
     def with_overrides(self, value: dict[str, Any] | str) -> PoolerConfig:
         """vLLM's --pooler-config (a JSON object) over the folder's own settings."""
-        if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"pooler_config is not valid JSON: {e}") from None
-        if not isinstance(value, dict):
-            raise ValueError("pooler_config must be a JSON object (a dict), got "
-                             f"{type(value).__name__}")
-        unknown = sorted(set(value) - set(_OVERRIDES))
-        if unknown:
-            raise ValueError(f"pooler_config: unsupported field(s) {', '.join(unknown)}; "
-                             f"supported: {', '.join(_OVERRIDES)}")
+        value = json_object(value, "pooler_config", _OVERRIDES)
         changes: dict[str, Any] = {}
         pooling_type = value.get("pooling_type")
         if pooling_type is not None and str(pooling_type).lower() != "auto":
