@@ -336,18 +336,18 @@ fn split_chunks(ids: Vec<Vec<u32>>, chunk: usize) -> (Vec<Vec<u32>>, Option<Vec<
 /// One vector per input: a cut input's piece vectors averaged, each weighted by its token
 /// count, as vLLM aggregates them (each piece pooled and normalized as the request asks;
 /// the mean itself is not normalized again).
-fn merge_chunks(vectors: Vec<Vec<f32>>, pieces: &[Vec<usize>]) -> Vec<Vec<f32>> {
-    let mut vectors = vectors.into_iter();
+fn merge_chunks(vectors: &[Vec<f32>], pieces: &[Vec<usize>]) -> Vec<Vec<f32>> {
+    let mut at = 0;
     pieces
         .iter()
         .map(|lens| {
-            let group: Vec<Vec<f32>> = vectors.by_ref().take(lens.len()).collect();
-            if let [one] = &group[..] {
+            let group = &vectors[at..at + lens.len()];
+            at += lens.len();
+            if let [one] = group {
                 return one.clone();
             }
             let total: usize = lens.iter().sum();
-            let dim = group.first().map_or(0, Vec::len);
-            let mut sum = vec![0f64; dim];
+            let mut sum = vec![0f64; group.first().map_or(0, Vec::len)];
             for (v, &n) in group.iter().zip(lens) {
                 for (s, &x) in sum.iter_mut().zip(v) {
                     *s += f64::from(x) * n as f64;
@@ -666,7 +666,7 @@ impl EmbeddingResponse {
         let merged;
         let vectors = match &self.pieces {
             Some(p) => {
-                merged = merge_chunks(vectors.to_vec(), p);
+                merged = merge_chunks(vectors, p);
                 &merged[..]
             }
             None => vectors,
@@ -703,7 +703,7 @@ impl EmbeddingResponse {
     /// The body of the worker's vectors, one per input in input order.
     pub fn body(&self, vectors: Vec<Vec<f32>>) -> Vec<u8> {
         let vectors = match &self.pieces {
-            Some(p) => merge_chunks(vectors, p),
+            Some(p) => merge_chunks(&vectors, p),
             None => vectors,
         };
         let vectors = vectors.into_iter().map(|values| match self.format {
@@ -777,7 +777,7 @@ mod tests {
             vec![0.0, 1.0],
             vec![4.0, 4.0],
         ];
-        let merged = merge_chunks(vectors, &[vec![5], vec![3, 1], vec![7]]);
+        let merged = merge_chunks(&vectors, &[vec![5], vec![3, 1], vec![7]]);
         assert_eq!(
             merged,
             vec![vec![1.0, 2.0], vec![0.75, 0.25], vec![4.0, 4.0]]

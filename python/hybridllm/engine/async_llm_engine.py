@@ -125,12 +125,13 @@ class AsyncLLMEngine:
         return built.result()
 
     def start(self) -> None:
+        if self._loop is not None:
+            return
+        self._loop = asyncio.get_running_loop()
         if self._thread is None:
-            self._loop = asyncio.get_running_loop()
             self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
             self._thread.start()
-        elif not self._go.is_set():  # built on its own thread, which waits for this
-            self._loop = asyncio.get_running_loop()
+        else:  # built on its own thread, which waits for this
             self._go.set()
 
     def add_request(
