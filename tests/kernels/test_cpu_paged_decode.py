@@ -15,16 +15,21 @@ def test_kernel_builds() -> None:
     assert cpu_paged_decode.load() is not None
 
 
-# The vectorized path (head_dim 32 / 64 / 128 with 1, 2, 3, 4 or 8 query heads per kv head)
+# The vectorized path (head_dim 32 / 64 / 128 / 256 with 1, 2, 3, 4 or 8 query heads per kv head)
 # and the generic one (any other head_dim or grouping).
 @pytest.mark.parametrize(
     "heads, kv_heads, dim",
-    [(9, 3, 64), (4, 4, 32), (8, 4, 64), (8, 2, 128), (8, 1, 128), (6, 2, 24), (5, 1, 32)],
+    [(9, 3, 64), (4, 4, 32), (8, 4, 64), (8, 2, 128), (8, 1, 128), (4, 1, 256), (6, 2, 24),
+     (5, 1, 32)],
 )
 @pytest.mark.parametrize("window", [None, 1, 5, 16, 17, 33])
-def test_matches_reference(heads: int, kv_heads: int, dim: int, window: int | None) -> None:
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_matches_reference(
+    heads: int, kv_heads: int, dim: int, window: int | None, dtype: torch.dtype
+) -> None:
     """window: a sliding-window layer's last-W keys, starting mid-block or on a boundary,
-    shorter and longer than the sequences."""
+    shorter and longer than the sequences. A bf16 cache is computed in fp32: the reference
+    runs in fp32 on the same bf16 values."""
     gen = torch.Generator().manual_seed(0)
     batch, block_size, num_blocks = 7, 16, 64
     lens = torch.tensor([1, 5, 16, 17, 40, 63, 100], dtype=torch.int32)
@@ -39,8 +44,17 @@ def test_matches_reference(heads: int, kv_heads: int, dim: int, window: int | No
         seq_lens=lens, block_tables=tables, max_seqlen_q=1, max_seqlen_k=int(lens.max()),
         query_lens_host=[1] * batch, seq_lens_host=lens.tolist(),
     )
+    key_cache, value_cache, query = (t.to(dtype) for t in (key_cache, value_cache, query))
     scale = dim**-0.5
-    ref = paged_attention_reference(query, key_cache, value_cache, meta, scale, window)
+    ref = paged_attention_reference(
+        query.float(), key_cache.float(), value_cache.float(), meta, scale, window
+    )
     out = cpu_paged_decode.paged_decode(query, key_cache, value_cache, tables, lens, scale, window)
-    # fp32 with a different summation order: a few ulps of outputs of order 1.
-    torch.testing.assert_close(out, ref, rtol=0, atol=2e-6)
+    assert out.dtype == dtype and out.shape == query.shape
+    if dtype == torch.float32:
+        # fp32 with a different summation order: a few ulps of outputs of order 1.
+        torch.testing.assert_close(out, ref, rtol=0, atol=2e-6)
+    else:
+        # The same fp32 result rounded once to bf16: the fp32 bound above plus at most one
+        # bf16 ulp, where the summation order's few fp32 ulps straddle a rounding boundary.
+        torch.testing.assert_close(out.float(), ref.to(dtype).float(), rtol=2**-7, atol=2e-6)

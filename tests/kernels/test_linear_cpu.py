@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from hybridllm.kernels import linear_cpu
-from hybridllm.models.cpu_linear import PANEL_ROWS, PackedLinear
+from hybridllm.models.cpu_linear import PANEL_ROWS, PackedLinear, decoder_panel_rows
 
 
 def test_kernel_builds() -> None:
@@ -21,6 +21,19 @@ def test_pack_layout() -> None:
     assert panels[1, 2, 5].item() == weight[21, 2].item()
     assert panels[2, 0, 2].item() == weight[34, 0].item()
     assert torch.count_nonzero(panels[2, :, 3:]).item() == 0
+
+
+def test_pack_layout_bf16() -> None:
+    """bf16: panel p, pair i, lane j, element e holds W[16 p + j, 2 i + e]; columns past N
+    and the k past an odd K are zero; unpack gives the weight back."""
+    weight = torch.arange(35 * 3, dtype=torch.bfloat16).view(35, 3)
+    panels = linear_cpu.pack(weight)
+    assert panels.shape == (3, 2, 16, 2) and panels.dtype == torch.bfloat16
+    assert panels[1, 0, 5, 1].item() == weight[21, 1].item()
+    assert panels[2, 1, 2, 0].item() == weight[34, 2].item()
+    assert torch.count_nonzero(panels[:, 1, :, 1]).item() == 0
+    assert torch.count_nonzero(panels[2, :, 3:]).item() == 0
+    assert torch.equal(linear_cpu.unpack(panels, 35, 3), weight)
 
 
 # N: whole panels, whole pairs of panels, a ragged last panel, fewer than one panel.
@@ -46,12 +59,38 @@ def test_matches_reference(n: int, k: int, m: int, with_bias: bool) -> None:
     assert bool(((out.double() - ref.double()).abs() <= bound).all())
 
 
-def test_rows_do_not_depend_on_the_batch() -> None:
+# K odd: the zero k that completes the last pair must add nothing.
+@pytest.mark.parametrize("n, k", [(64, 32), (48, 96), (35, 3), (7, 577), (960, 576)])
+@pytest.mark.parametrize("m", [1, 2, 5, 6, 7, 8, 9, 17])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_bf16_matches_reference(n: int, k: int, m: int, with_bias: bool) -> None:
+    gen = torch.Generator().manual_seed(n * 1000 + k * 10 + m)
+    weight = torch.randn(n, k, generator=gen).bfloat16()
+    bias = torch.randn(n, generator=gen).bfloat16() if with_bias else None
+    x = torch.randn(m, k, generator=gen).bfloat16()
+    panels = linear_cpu.pack(weight)
+    out = linear_cpu.linear(x, panels, n, bias)
+    assert out.shape == (m, n) and out.dtype == torch.bfloat16
+    exact = x.double() @ weight.double().T + (0 if bias is None else bias.double())
+    # The reference (fp64 sums from the panels, rounded once) is the exact product rounded.
+    ref = linear_cpu.linear_reference(x, panels, n, bias)
+    assert torch.equal(ref, exact.to(torch.bfloat16))
+    # fp32 sums of exact bf16 products (at most two roundings per k pair) then one rounding
+    # to bf16 (half an ulp: 2^-8 relative).
+    magnitude = x.abs().double() @ weight.abs().double().T
+    if bias is not None:
+        magnitude += bias.abs().double()
+    bound = 2.0**-8 * exact.abs() + (k + 2) * 2.0**-24 * magnitude * (1 + 2.0**-8)
+    assert bool(((out.double() - exact).abs() <= bound).all())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rows_do_not_depend_on_the_batch(dtype: torch.dtype) -> None:
     """Row i's output is the same bits alone, in any tile height, and at any place in it."""
     gen = torch.Generator().manual_seed(1)
-    weight = torch.randn(200, 576, generator=gen)
+    weight = torch.randn(200, 576, generator=gen).to(dtype)
     panels = linear_cpu.pack(weight)
-    x = torch.randn(17, 576, generator=gen)
+    x = torch.randn(17, 576, generator=gen).to(dtype)
     whole = linear_cpu.linear(x, panels, 200, None)
     for i in range(17):
         alone = linear_cpu.linear(x[i : i + 1].contiguous(), panels, 200, None)
@@ -79,3 +118,47 @@ def test_packed_linear_takes_small_calls_through_the_panels() -> None:
     torch.testing.assert_close(out.double().reshape(-1, 96), rows.double() @ weight.double().T
                                + bias.double(), rtol=0, atol=1e-4)
     assert PackedLinear(weight, bias).panels is None  # panel_rows 0: oneDNN only
+
+
+def test_bf16_decoder_linear_takes_every_call_through_the_panels() -> None:
+    """A bf16 decoder's PackedLinear keeps no oneDNN copy: every row count gets the panel
+    kernel's bits."""
+    gen = torch.Generator().manual_seed(3)
+    weight = torch.randn(96, 64, generator=gen).bfloat16()
+    bias = torch.randn(96, generator=gen).bfloat16()
+    layer = PackedLinear(weight, bias, decoder_panel_rows(torch.bfloat16))
+    assert layer.packed is None and layer.panels is not None
+    for rows in (1, PANEL_ROWS, 300):
+        x = torch.randn(rows, 64, generator=gen).bfloat16()
+        out = layer(x)
+        assert out.dtype == torch.bfloat16 and out.shape == (rows, 96)
+        assert torch.equal(out, linear_cpu.linear(x, layer.panels, 96, bias))
+    assert decoder_panel_rows(torch.float32) == PANEL_ROWS
+
+
+# The kernel as other CPUs build it: without AVX512_BF16 (bf16 pairs widened to fp32 and
+# added by FMAs) and without AVX-512 at all (AVX2 tiles of 6 rows, one panel).
+@pytest.mark.parametrize("isa", ["-mno-avx512bf16", "-mno-avx512f"])
+def test_other_isas_match_the_reference(isa: str) -> None:
+    from hybridllm.kernels.cpu_build import OPENMP, build
+
+    module = build(f"hybridllm_linear_cpu{isa.replace('-', '_')}", "linear_cpu.cpp",
+                   ["-O3", "-march=native", isa, *OPENMP])
+    assert module is not None
+    gen = torch.Generator().manual_seed(4)
+    for dtype in (torch.float32, torch.bfloat16):
+        n, k = 83, 577
+        weight = torch.randn(n, k, generator=gen).to(dtype)
+        bias = torch.randn(n, generator=gen).to(dtype)
+        panels = linear_cpu.pack(weight)
+        x = torch.randn(13, k, generator=gen).to(dtype)
+        fn = module.linear_bf16 if dtype == torch.bfloat16 else module.linear
+        out = fn(x, panels, n, bias)
+        exact = x.double() @ weight.double().T + bias.double()
+        magnitude = x.abs().double() @ weight.abs().double().T + bias.abs().double()
+        rounding = 2.0**-8 * exact.abs() if dtype == torch.bfloat16 else 0
+        bound = rounding + (k + 2) * 2.0**-24 * magnitude * (1 + 2.0**-8)
+        assert out.dtype == dtype and out.shape == (13, n)
+        assert bool(((out.double() - exact).abs() <= bound).all()), dtype
+        # Batch invariance holds on every path.
+        assert torch.equal(fn(x[5:6].contiguous(), panels, n, bias)[0], out[5])

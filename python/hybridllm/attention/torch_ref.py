@@ -97,8 +97,8 @@ def _decode_plan(
 
 
 class TorchAttentionBackend:
-    """Decode rows through the C++ paged kernel (fp32 CPU), else batched over keys gathered
-    into reused buffers; prefill rows one by one.
+    """Decode rows through the C++ paged kernel (fp32 or bf16 on CPU), else batched over keys
+    gathered into reused buffers; prefill rows one by one.
 
     The gather goes into buffers kept across layers and steps: on CPU a fresh multi-megabyte
     tensor per layer costs more in page faults than the copy itself.
@@ -115,11 +115,12 @@ class TorchAttentionBackend:
         self._all_slots_valid = False
 
     def _use_kernel(self, q: torch.Tensor, cache: torch.Tensor) -> bool:
-        """The C++ decode kernel where it applies (fp32 on CPU) and could be built."""
+        """The C++ decode kernel where it applies (fp32 or bf16 on CPU) and could be built."""
         return (
             self.use_kernel
             and q.device.type == "cpu"
-            and q.dtype == cache.dtype == torch.float32
+            and q.dtype == cache.dtype
+            and q.dtype in (torch.float32, torch.bfloat16)
             and cpu_paged_decode.load() is not None
         )
 

@@ -1,4 +1,5 @@
-"""The fp32 CPU linear kernel over column panels (csrc/linear_cpu.cpp), built on first use.
+"""The fp32 and bf16 CPU linear kernels over column panels (csrc/linear_cpu.cpp), built on
+first use.
 
 For the few-row GEMMs of decoding (one row per sequence, 1 + k with speculative drafts): it
 streams the weight once per call whatever the row count up to a tile, and a row's result is
@@ -28,24 +29,36 @@ def load() -> ModuleType | None:
 
 
 def pack(weight: torch.Tensor) -> torch.Tensor:
-    """[N, K] fp32 weight -> [ceil(N / 16), K, 16] panels (zero columns past N)."""
+    """[N, K] weight -> panels, zero columns past N: fp32 [ceil(N / 16), K, 16]; bf16
+    [ceil(N / 16), ceil(K / 2), 16, 2] (a k pair per column, zero k past an odd K)."""
     module = load()
     assert module is not None
-    return module.pack(weight.detach().contiguous())
+    weight = weight.detach().contiguous()
+    return module.pack_bf16(weight) if weight.dtype == torch.bfloat16 else module.pack(weight)
 
 
 def linear(x: torch.Tensor, panels: torch.Tensor, out_features: int,
            bias: torch.Tensor | None) -> torch.Tensor:
-    """x [M, K] contiguous fp32 -> x W^T (+ bias) [M, out_features]."""
+    """x [M, K] contiguous, the panels' dtype -> x W^T (+ bias) [M, out_features], summed in
+    fp32 (bf16: rounded once at the end)."""
     module = load()
     assert module is not None
+    if x.dtype == torch.bfloat16:
+        return module.linear_bf16(x, panels, out_features, bias)
     return module.linear(x, panels, out_features, bias)
+
+
+def unpack(panels: torch.Tensor, out_features: int, in_features: int) -> torch.Tensor:
+    """The [N, K] weight back from its panels."""
+    if panels.dim() == 4:  # bf16: [P, pairs, 16, 2] -> [P, 2 pairs, 16]
+        panels = panels.transpose(2, 3).reshape(panels.shape[0], -1, LANES)
+    return panels.transpose(1, 2).reshape(-1, panels.shape[1])[:out_features, :in_features]
 
 
 def linear_reference(x: torch.Tensor, panels: torch.Tensor, out_features: int,
                      bias: torch.Tensor | None) -> torch.Tensor:
     """The same product in torch, from the panels (fp64 accumulation: the tests' oracle)."""
-    weight = panels.transpose(1, 2).reshape(-1, panels.shape[1])[:out_features]
+    weight = unpack(panels, out_features, x.shape[1])
     y = x.double() @ weight.double().T
     if bias is not None:
         y = y + bias.double()

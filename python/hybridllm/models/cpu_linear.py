@@ -1,4 +1,4 @@
-"""Linear layers through oneDNN with weights packed once, for the fp32 CPU path.
+"""Linear layers through oneDNN with weights packed once, for the fp32 and bf16 CPU paths.
 
 torch's nn.Linear on CPU calls MKL's sgemm, which reads the row-major weight as it is on
 every call. oneDNN (bundled with torch) can keep a weight in its own blocked layout instead;
@@ -11,7 +11,11 @@ oneDNN's algorithms for a few rows (decode steps; 1 + k rows per sequence when s
 cost up to 2x what one row costs. A decoder's linears therefore also keep the weight in the
 column panels of `kernels/linear_cpu` and take calls of up to `PANEL_ROWS` rows there: the
 weight streamed once, and a row's result the same bits whatever the batch holds. That is a
-second copy of the weights (the default model: +540 MB), the price of both paths.
+second copy of the weights (the default model: +540 MB in fp32), the price of both paths.
+
+In bf16 (where oneDNN has bf16 kernels for this CPU) the panels hold k pairs that
+AVX512_BF16's dot-product instruction takes whole, summed in fp32; they measured faster than
+oneDNN at every row count (1 to 2,048), so a bf16 decoder keeps the panels only.
 """
 
 from __future__ import annotations
@@ -25,14 +29,23 @@ from hybridllm.kernels import linear_cpu
 # Measured on a 2-core Zen 4 (all 121 linears of the default model, 2 threads): the panels
 # took 0.66x oneDNN's time at 1 row, 0.54x at 5, 0.57x at 16, 0.80x at 64 (docs/benchmarks.md).
 PANEL_ROWS = 64
+# panel_rows for "every call through the panels" (no oneDNN copy of the weight).
+ALL_ROWS = -1
 
 
 def available(dtype: torch.dtype) -> bool:
-    return (
-        dtype == torch.float32
-        and torch.backends.mkldnn.is_available()
-        and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-    )
+    if not (torch.backends.mkldnn.is_available()
+            and hasattr(torch.ops.mkldnn, "_linear_pointwise")):
+        return False
+    if dtype == torch.bfloat16:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    return dtype == torch.float32
+
+
+def decoder_panel_rows(dtype: torch.dtype) -> int:
+    """A decoder's panel_rows: bf16 all calls (the 2-core Zen 4 of docs/benchmarks.md: 28 to
+    400 GFLOPS against oneDNN's 18 to 370 from 1 to 2,048 rows), fp32 up to PANEL_ROWS."""
+    return ALL_ROWS if dtype == torch.bfloat16 else PANEL_ROWS
 
 
 class PackedLinear(nn.Module):
@@ -42,13 +55,14 @@ class PackedLinear(nn.Module):
                  panel_rows: int = 0) -> None:
         super().__init__()
         self.in_features, self.out_features = weight.shape[1], weight.shape[0]
-        # An opaque oneDNN tensor: a plain attribute, not a parameter or buffer, so module
-        # utilities (state_dict, .to) never see it.
-        self.packed = weight.detach().to_mkldnn()
         self.bias = None if bias is None else bias.detach().clone()
-        # The panel copy for calls of up to panel_rows rows (0: none; see the module's doc).
+        # The panel copy for calls of up to panel_rows rows (0: none; ALL_ROWS: every call;
+        # see the module's doc).
         self.panel_rows = panel_rows if panel_rows and linear_cpu.load() is not None else 0
         self.panels = linear_cpu.pack(weight) if self.panel_rows else None
+        # An opaque oneDNN tensor: a plain attribute, not a parameter or buffer, so module
+        # utilities (state_dict, .to) never see it. None where the panels take every call.
+        self.packed = None if self.panel_rows == ALL_ROWS else weight.detach().to_mkldnn()
 
     def _rows(self, x: torch.Tensor) -> torch.Tensor:  # 2-D, contiguous
         x2 = x.reshape(-1, self.in_features)
@@ -56,7 +70,9 @@ class PackedLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = self._rows(x)
-        if self.panels is not None and rows.shape[0] <= self.panel_rows:
+        if self.panels is not None and (
+            self.packed is None or rows.shape[0] <= self.panel_rows
+        ):
             y = linear_cpu.linear(rows, self.panels, self.out_features, self.bias)
         else:
             y = torch.ops.mkldnn._linear_pointwise(rows, self.packed, self.bias, "none", [], "")
@@ -66,12 +82,14 @@ class PackedLinear(nn.Module):
         """act(x W^T + b) with the activation applied in the GEMM's epilogue (oneDNN post-op:
         "relu", or "gelu" with algorithm "none" (erf) or "tanh"); one pass over the output
         instead of two, same values."""
+        assert self.packed is not None, "forward_act needs the oneDNN weight (panel_rows 0)"
         y = torch.ops.mkldnn._linear_pointwise(self._rows(x), self.packed, self.bias, act, [],
                                                algorithm)
         return y.view(*x.shape[:-1], self.out_features)
 
     def forward_add(self, x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
         """x W^T + b + other, the addition fused into the GEMM (a residual connection)."""
+        assert self.packed is not None, "forward_add needs the oneDNN weight (panel_rows 0)"
         y = torch.ops.mkldnn._linear_pointwise.binary(
             self._rows(x), other.reshape(-1, self.out_features), self.packed, self.bias, "add"
         )

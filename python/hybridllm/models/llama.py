@@ -23,7 +23,7 @@ from hybridllm.attention import AttentionBackend
 from hybridllm.distributed.parallel_state import SINGLE, TensorParallelGroup
 from hybridllm.models import layers
 from hybridllm.models.config import LlamaConfig
-from hybridllm.models.cpu_linear import PANEL_ROWS, PackedLinear, pack_linears
+from hybridllm.models.cpu_linear import PackedLinear, decoder_panel_rows, pack_linears
 from hybridllm.models.layers import LayerOps
 from hybridllm.step_types import AttentionMetadata
 
@@ -166,7 +166,7 @@ class LlamaForCausalLM(nn.Module):
         self.register_buffer("cos_sin", cos_sin, persistent=False)
         # Chosen once after loading (set_layer_ops): torch functions, or fused Triton kernels.
         self.ops: LayerOps = layers.TORCH_OPS
-        # The LM head with a oneDNN-packed weight, once pack_for_cpu() has run.
+        # The LM head with a packed weight, once pack_for_cpu() has run.
         self.packed_lm_head: PackedLinear | None = None
 
     def make_layer(self, cfg: LlamaConfig, tp: TensorParallelGroup) -> nn.Module:
@@ -186,11 +186,12 @@ class LlamaForCausalLM(nn.Module):
         self.ops = ops
 
     def pack_for_cpu(self) -> None:
-        """Every projection and the LM head through packed weights (after loading): oneDNN's,
-        and the panel kernel's for decode-sized calls."""
+        """Every projection and the LM head through packed weights (after loading): the panel
+        kernel's for decode-sized calls (bf16: all calls), oneDNN's for the others."""
         weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        self.packed_lm_head = PackedLinear(weight, None, PANEL_ROWS)
-        pack_linears(self.layers, PANEL_ROWS)
+        rows = decoder_panel_rows(self.dtype)
+        self.packed_lm_head = PackedLinear(weight, None, rows)
+        pack_linears(self.layers, rows)
 
     def forward(
         self,

@@ -2,6 +2,8 @@
 // from the paged cache through the block table. The torch path must first gather every
 // sequence's blocks into a dense buffer (one extra write and read of all KV bytes per layer);
 // decode attention is memory-bound, so reading the cache once is what makes it fast.
+// A bf16 cache is read as bf16 (half the bytes) and widened to fp32 in registers: every
+// product and sum is fp32 whatever the cache holds.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
@@ -14,6 +16,10 @@
 namespace {
 
 constexpr int64_t kLanes = 16;
+
+// A bf16 value is the top half of an fp32: widening is exact.
+inline float widen(float x) { return x; }
+inline float widen(c10::BFloat16 x) { return static_cast<float>(x); }
 
 // exp(x) for x <= 0 in a form the compiler vectorizes (libm's expf is a scalar call per
 // element): x = n ln2 + r, exp(r) by a degree-6 polynomial (Cephes' expf coefficients,
@@ -48,39 +54,42 @@ inline float exp_shifted(float* s, int64_t len) {
 
 // scores[g] = scale * (q_g . k) for the G query heads sharing one kv head: each key row is
 // loaded once for all G. Partial sums in kLanes lanes so the compiler vectorizes the loop.
-template <int G>
-inline void dot_group(const float* q, const float* k, int64_t dim, float scale, float* scores,
+template <int G, typename T>
+inline void dot_group(const float* q, const T* k, int64_t dim, float scale, float* scores,
                       int64_t stride) {
   float acc[G][kLanes] = {};
   int64_t d = 0;
   for (; d + kLanes <= dim; d += kLanes) {
     for (int g = 0; g < G; ++g) {
-      for (int64_t j = 0; j < kLanes; ++j) acc[g][j] += q[g * dim + d + j] * k[d + j];
+      for (int64_t j = 0; j < kLanes; ++j) acc[g][j] += q[g * dim + d + j] * widen(k[d + j]);
     }
   }
   for (int g = 0; g < G; ++g) {
     float sum = 0.f;
     for (int64_t j = 0; j < kLanes; ++j) sum += acc[g][j];
-    for (int64_t e = d; e < dim; ++e) sum += q[g * dim + e] * k[e];
+    for (int64_t e = d; e < dim; ++e) sum += q[g * dim + e] * widen(k[e]);
     scores[g * stride] = sum * scale;
   }
 }
 
-inline void dot_any(const float* q, const float* k, int64_t dim, int64_t group, float scale,
+template <typename T>
+inline void dot_any(const float* q, const T* k, int64_t dim, int64_t group, float scale,
                     float* scores, int64_t stride) {
   for (int64_t g = 0; g < group; ++g) dot_group<1>(q + g * dim, k, dim, scale, scores + g * stride, 0);
 }
 
-inline void prefetch_row(const float* row, int64_t floats) {
-  for (int64_t f = 0; f < floats; f += 16) __builtin_prefetch(row + f);  // 64-byte lines
+template <typename T>
+inline void prefetch_row(const T* row, int64_t elements) {
+  constexpr int64_t kLine = 64 / sizeof(T);  // elements per 64-byte line
+  for (int64_t f = 0; f < elements; f += kLine) __builtin_prefetch(row + f);
 }
 
 // out[i, :, :] = softmax(scale * q . K_i) V_i for every head of one sequence, over its keys
 // first .. len - 1 (first > 0 for a sliding-window layer). Each token's keys (all kv heads)
 // are one contiguous row, read once for all heads, block after block: sequential within a
 // block, which the hardware prefetcher follows. Scores are indexed from `first`.
-template <int G>
-void decode_one(const float* q, const float* kc, const float* vc, const int32_t* table,
+template <int G, typename T>
+void decode_one(const float* q, const T* kc, const T* vc, const int32_t* table,
                 int64_t first, int64_t len, int64_t block_size, int64_t num_kv, int64_t group,
                 int64_t dim, float scale, float* out, std::vector<float>& scores) {
   const int64_t heads = num_kv * group, token_stride = num_kv * dim, cnt = len - first;
@@ -88,9 +97,9 @@ void decode_one(const float* q, const float* kc, const float* vc, const int32_t*
   for (int64_t t = first; t < len;) {
     const int64_t blk = t / block_size, off = t % block_size;
     const int64_t n = std::min(block_size - off, len - t);
-    const float* row = kc + (int64_t(table[blk]) * block_size + off) * token_stride;
+    const T* row = kc + (int64_t(table[blk]) * block_size + off) * token_stride;
     // Blocks are scattered: start fetching the next one while this one is computed.
-    const float* next = t + n < len
+    const T* next = t + n < len
         ? kc + int64_t(table[blk + 1]) * block_size * token_stride
         : nullptr;
     for (int64_t j = 0; j < n; ++j, row += token_stride) {
@@ -115,17 +124,17 @@ void decode_one(const float* q, const float* kc, const float* vc, const int32_t*
   for (int64_t t = first; t < len;) {
     const int64_t blk = t / block_size, off = t % block_size;
     const int64_t n = std::min(block_size - off, len - t);
-    const float* row = vc + (int64_t(table[blk]) * block_size + off) * token_stride;
-    const float* next = t + n < len
+    const T* row = vc + (int64_t(table[blk]) * block_size + off) * token_stride;
+    const T* next = t + n < len
         ? vc + int64_t(table[blk + 1]) * block_size * token_stride
         : nullptr;
     for (int64_t j = 0; j < n; ++j, row += token_stride) {
       if (next != nullptr) prefetch_row(next + j * token_stride, token_stride);
       for (int64_t r = 0; r < heads; ++r) {
         const float p = scores[r * cnt + (t - first) + j];
-        const float* v = row + (r / group) * dim;
+        const T* v = row + (r / group) * dim;
         float* o = out + r * dim;
-        for (int64_t d = 0; d < dim; ++d) o[d] += p * v[d];
+        for (int64_t d = 0; d < dim; ++d) o[d] += p * widen(v[d]);
       }
     }
     t += n;
@@ -147,6 +156,19 @@ inline vec16 load16(const float* p) {
   return v;
 }
 
+typedef uint16_t u16x16 __attribute__((vector_size(32)));
+typedef uint32_t u32x16 __attribute__((vector_size(64)));
+
+// 16 bf16 values widened to fp32: each one's bits moved to the top half of a 32-bit lane.
+inline vec16 load16(const c10::BFloat16* p) {
+  u16x16 h;
+  std::memcpy(&h, p, sizeof h);
+  const u32x16 w = __builtin_convertvector(h, u32x16) << 16;
+  vec16 v;
+  std::memcpy(&v, &w, sizeof v);
+  return v;
+}
+
 inline void store16(float* p, vec16 v) { std::memcpy(p, &v, sizeof v); }
 
 // The 16 lanes summed by halving (a lane loop compiles to 16 extracts).
@@ -163,8 +185,8 @@ inline float hsum(vec16 v) {
 // contiguous row), so each block is read front to back: the hardware prefetcher streams it
 // while the arithmetic runs. Visiting a block once per kv head instead (strided) measured
 // 15% slower overall although it does less arithmetic. The softmax is normalized at the end.
-template <int NV, int G>
-void decode_vec(const float* q, const float* kc, const float* vc, const int32_t* table,
+template <int NV, int G, typename T>
+void decode_vec(const float* q, const T* kc, const T* vc, const int32_t* table,
                 int64_t first, int64_t len, int64_t block_size, int64_t num_kv, int64_t,
                 int64_t, float scale, float* out, std::vector<float>& scores) {
   constexpr int64_t dim = NV * 16;
@@ -174,7 +196,7 @@ void decode_vec(const float* q, const float* kc, const float* vc, const int32_t*
   for (int64_t t = first; t < len;) {
     const int64_t blk = t / block_size, off = t % block_size;
     const int64_t n = std::min(block_size - off, len - t);
-    const float* row = kc + (int64_t(table[blk]) * block_size + off) * token_stride;
+    const T* row = kc + (int64_t(table[blk]) * block_size + off) * token_stride;
     for (int64_t j = 0; j < n; ++j, row += token_stride) {
       for (int64_t h = 0; h < num_kv; ++h) {
         const float* qh = q + h * G * dim;
@@ -194,7 +216,7 @@ void decode_vec(const float* q, const float* kc, const float* vc, const int32_t*
   for (int64_t t = first; t < len;) {
     const int64_t blk = t / block_size, off = t % block_size;
     const int64_t n = std::min(block_size - off, len - t);
-    const float* row = vc + (int64_t(table[blk]) * block_size + off) * token_stride;
+    const T* row = vc + (int64_t(table[blk]) * block_size + off) * token_stride;
     for (int64_t j = 0; j < n; ++j, row += token_stride) {
       for (int64_t h = 0; h < num_kv; ++h) {
         const float* p = scores.data() + h * G * cnt + (t - first) + j;
@@ -214,63 +236,48 @@ void decode_vec(const float* q, const float* kc, const float* vc, const int32_t*
     for (int64_t d = 0; d < dim; ++d) out[r * dim + d] *= inv[r];
 }
 
-using DecodeFn = void (*)(const float*, const float*, const float*, const int32_t*, int64_t,
-                          int64_t, int64_t, int64_t, int64_t, int64_t, float, float*,
+template <typename T>
+using DecodeFn = void (*)(const float*, const T*, const T*, const int32_t*, int64_t, int64_t,
+                          int64_t, int64_t, int64_t, int64_t, float, float*,
                           std::vector<float>&);
 
-template <int NV>
-DecodeFn pick_vec(int64_t group) {
+template <int NV, typename T>
+DecodeFn<T> pick_vec(int64_t group) {
   switch (group) {
-    case 1: return decode_vec<NV, 1>;
-    case 2: return decode_vec<NV, 2>;
-    case 3: return decode_vec<NV, 3>;
-    case 4: return decode_vec<NV, 4>;
-    case 8: return decode_vec<NV, 8>;
+    case 1: return decode_vec<NV, 1, T>;
+    case 2: return decode_vec<NV, 2, T>;
+    case 3: return decode_vec<NV, 3, T>;
+    case 4: return decode_vec<NV, 4, T>;
+    case 8: return decode_vec<NV, 8, T>;
     default: return nullptr;
   }
 }
 
-DecodeFn pick(int64_t group, int64_t dim) {
-  DecodeFn fn = nullptr;
-  if (dim == 32) fn = pick_vec<2>(group);
-  if (dim == 64) fn = pick_vec<4>(group);
-  if (dim == 128) fn = pick_vec<8>(group);
+template <typename T>
+DecodeFn<T> pick(int64_t group, int64_t dim) {
+  DecodeFn<T> fn = nullptr;
+  if (dim == 32) fn = pick_vec<2, T>(group);
+  if (dim == 64) fn = pick_vec<4, T>(group);
+  if (dim == 128) fn = pick_vec<8, T>(group);
+  if (dim == 256) fn = pick_vec<16, T>(group);
   if (fn != nullptr) return fn;
   switch (group) {
-    case 1: return decode_one<1>;
-    case 2: return decode_one<2>;
-    case 3: return decode_one<3>;
-    case 4: return decode_one<4>;
-    case 8: return decode_one<8>;
-    default: return decode_one<0>;  // any other group size, one query head at a time
+    case 1: return decode_one<1, T>;
+    case 2: return decode_one<2, T>;
+    case 3: return decode_one<3, T>;
+    case 4: return decode_one<4, T>;
+    case 8: return decode_one<8, T>;
+    default: return decode_one<0, T>;  // any other group size, one query head at a time
   }
 }
 
-}  // namespace
-
-// query [B, H, D] f32 contiguous; caches [num_blocks, block_size, Hkv, D] f32 contiguous;
-// block_tables [B, max_blocks] int32; seq_lens [B] int32; window: attend to the last `window`
-// keys only (a sliding-window layer), or 0 for all. Returns [B, H, D].
-torch::Tensor paged_decode(torch::Tensor query, torch::Tensor key_cache, torch::Tensor value_cache,
-                           torch::Tensor block_tables, torch::Tensor seq_lens, double scale,
-                           int64_t window) {
-  TORCH_CHECK(query.dtype() == torch::kFloat32 && key_cache.dtype() == torch::kFloat32,
-              "paged_decode: float32 only");
-  TORCH_CHECK(block_tables.dtype() == torch::kInt32 && seq_lens.dtype() == torch::kInt32,
-              "paged_decode: int32 block tables and seq_lens");
-  query = query.contiguous();
-  block_tables = block_tables.contiguous();
-  const int64_t batch = query.size(0), heads = query.size(1), dim = query.size(2);
-  const int64_t block_size = key_cache.size(1), num_kv = key_cache.size(2);
-  const int64_t group = heads / num_kv, max_blocks = block_tables.size(1);
-  auto out = torch::empty_like(query);
-  const float* q = query.data_ptr<float>();
-  const float* kc = key_cache.data_ptr<float>();
-  const float* vc = value_cache.data_ptr<float>();
-  const int32_t* tables = block_tables.data_ptr<int32_t>();
-  const int32_t* lens = seq_lens.data_ptr<int32_t>();
-  float* o = out.data_ptr<float>();
-  const DecodeFn decode_one_seq = pick(group, dim);
+template <typename T>
+void decode_all(const float* q, const T* kc, const T* vc, const int32_t* tables,
+                const int32_t* lens, int64_t batch, int64_t heads, int64_t dim,
+                int64_t block_size, int64_t num_kv, int64_t max_blocks, double scale,
+                int64_t window, float* o) {
+  const int64_t group = heads / num_kv;
+  const DecodeFn<T> decode_one_seq = pick<T>(group, dim);
   at::parallel_for(0, batch, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores;
     for (int64_t i = begin; i < end; ++i) {
@@ -280,9 +287,48 @@ torch::Tensor paged_decode(torch::Tensor query, torch::Tensor key_cache, torch::
                      block_size, num_kv, group, dim, float(scale), o + i * heads * dim, scores);
     }
   });
-  return out;
+}
+
+}  // namespace
+
+// query [B, H, D]; caches [num_blocks, block_size, Hkv, D] contiguous, fp32 or bf16 (the
+// query in the cache's dtype); block_tables [B, max_blocks] int32; seq_lens [B] int32;
+// window: attend to the last `window` keys only (a sliding-window layer), or 0 for all.
+// Returns [B, H, D] in the query's dtype, computed in fp32.
+torch::Tensor paged_decode(torch::Tensor query, torch::Tensor key_cache, torch::Tensor value_cache,
+                           torch::Tensor block_tables, torch::Tensor seq_lens, double scale,
+                           int64_t window) {
+  const auto dtype = key_cache.scalar_type();
+  TORCH_CHECK(dtype == torch::kFloat32 || dtype == torch::kBFloat16,
+              "paged_decode: a float32 or bfloat16 cache");
+  TORCH_CHECK(query.scalar_type() == dtype && value_cache.scalar_type() == dtype,
+              "paged_decode: query, keys and values of one dtype");
+  TORCH_CHECK(key_cache.is_contiguous() && value_cache.is_contiguous(),
+              "paged_decode: contiguous caches");
+  TORCH_CHECK(block_tables.dtype() == torch::kInt32 && seq_lens.dtype() == torch::kInt32,
+              "paged_decode: int32 block tables and seq_lens");
+  auto q32 = query.to(torch::kFloat32).contiguous();
+  block_tables = block_tables.contiguous();
+  seq_lens = seq_lens.contiguous();
+  const int64_t batch = q32.size(0), heads = q32.size(1), dim = q32.size(2);
+  const int64_t block_size = key_cache.size(1), num_kv = key_cache.size(2);
+  const int64_t max_blocks = block_tables.size(1);
+  auto out = torch::empty_like(q32);
+  const float* q = q32.data_ptr<float>();
+  const int32_t* tables = block_tables.data_ptr<int32_t>();
+  const int32_t* lens = seq_lens.data_ptr<int32_t>();
+  float* o = out.data_ptr<float>();
+  if (dtype == torch::kFloat32) {
+    decode_all<float>(q, key_cache.data_ptr<float>(), value_cache.data_ptr<float>(), tables,
+                      lens, batch, heads, dim, block_size, num_kv, max_blocks, scale, window, o);
+  } else {
+    decode_all<c10::BFloat16>(q, key_cache.data_ptr<c10::BFloat16>(),
+                              value_cache.data_ptr<c10::BFloat16>(), tables, lens, batch, heads,
+                              dim, block_size, num_kv, max_blocks, scale, window, o);
+  }
+  return dtype == torch::kFloat32 ? out : out.to(dtype);
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("paged_decode", &paged_decode, "Paged decode attention on CPU (float32)");
+  m.def("paged_decode", &paged_decode, "Paged decode attention on CPU (float32 or bfloat16 cache)");
 }
