@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 namespace {
 
@@ -72,13 +73,14 @@ void tile(const float* x, int64_t ldx, const float* wp, int64_t K, const float* 
   }
 }
 
-template <int P>
-void rows_tile(int rows, const float* x, int64_t ldx, const float* wp, int64_t K,
-               const float* bias, float* y, int64_t ldy, int64_t cols) {
+// fn(std::integral_constant<int, R>{}) for R = rows: a tile height the compiler knows, so
+// the accumulators stay in registers.
+template <typename Fn>
+void with_tile_height(int rows, Fn&& fn) {
   switch (rows) {
 #define HYBRIDLLM_TILE(R) \
   case R:                 \
-    return tile<R, P>(x, ldx, wp, K, bias, y, ldy, cols);
+    return fn(std::integral_constant<int, R>{});
     HYBRIDLLM_TILE(1)
     HYBRIDLLM_TILE(2)
     HYBRIDLLM_TILE(3)
@@ -177,29 +179,6 @@ void tile_bf16(const uint32_t* x, int64_t ldx, const uint32_t* wp, int64_t pairs
   }
 }
 
-template <int P>
-void rows_tile_bf16(int rows, const uint32_t* x, int64_t ldx, const uint32_t* wp, int64_t pairs,
-                    const float* bias, uint16_t* y, int64_t ldy, int64_t cols) {
-  switch (rows) {
-#define HYBRIDLLM_TILE(R) \
-  case R:                 \
-    return tile_bf16<R, P>(x, ldx, wp, pairs, bias, y, ldy, cols);
-    HYBRIDLLM_TILE(1)
-    HYBRIDLLM_TILE(2)
-    HYBRIDLLM_TILE(3)
-    HYBRIDLLM_TILE(4)
-    HYBRIDLLM_TILE(5)
-    HYBRIDLLM_TILE(6)
-#ifdef __AVX512F__
-    HYBRIDLLM_TILE(7)
-    HYBRIDLLM_TILE(8)
-#endif
-#undef HYBRIDLLM_TILE
-    default:
-      TORCH_CHECK(false, "linear_bf16: bad tile height ", rows);
-  }
-}
-
 }  // namespace
 
 // weight [N, K] -> [ceil(N / 16), K, 16], zero columns past N.
@@ -244,9 +223,14 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& packed, int64_
       for (int64_t m0 = 0; m0 < M; m0 += kMaxRows) {
         const int rows = static_cast<int>(std::min<int64_t>(kMaxRows, M - m0));
         if (full) {
-          rows_tile<kPanels>(rows, xp + m0 * K, K, w, K, b, yp + m0 * N + col0, N, cols);
+          with_tile_height(rows, [&](auto r) {
+            tile<decltype(r)::value, kPanels>(xp + m0 * K, K, w, K, b, yp + m0 * N + col0, N,
+                                              cols);
+          });
         } else {
-          rows_tile<1>(rows, xp + m0 * K, K, w, K, b, yp + m0 * N + col0, N, cols);
+          with_tile_height(rows, [&](auto r) {
+            tile<decltype(r)::value, 1>(xp + m0 * K, K, w, K, b, yp + m0 * N + col0, N, cols);
+          });
         }
       }
     }
@@ -302,11 +286,15 @@ torch::Tensor linear_bf16(const torch::Tensor& x, const torch::Tensor& packed, i
       for (int64_t m0 = 0; m0 < M; m0 += kMaxRows) {
         const int rows = static_cast<int>(std::min<int64_t>(kMaxRows, M - m0));
         if (full) {
-          rows_tile_bf16<kPanels>(rows, xp + m0 * pairs, pairs, w, pairs, b,
-                                  yp + m0 * N + col0, N, cols);
+          with_tile_height(rows, [&](auto r) {
+            tile_bf16<decltype(r)::value, kPanels>(xp + m0 * pairs, pairs, w, pairs, b,
+                                                   yp + m0 * N + col0, N, cols);
+          });
         } else {
-          rows_tile_bf16<1>(rows, xp + m0 * pairs, pairs, w, pairs, b, yp + m0 * N + col0, N,
-                            cols);
+          with_tile_height(rows, [&](auto r) {
+            tile_bf16<decltype(r)::value, 1>(xp + m0 * pairs, pairs, w, pairs, b,
+                                             yp + m0 * N + col0, N, cols);
+          });
         }
       }
     }
