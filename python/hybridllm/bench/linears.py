@@ -1,5 +1,5 @@
-"""`hybridllm bench linears`: the model's fp32 CPU linears through the panel kernel against
-oneDNN, per row count.
+"""`hybridllm bench linears`: the model's CPU linears (fp32 or bf16) through the panel kernel
+against oneDNN, per row count.
 
 Every projection and the LM head of the loaded model (each with its own weight, so each call
 streams its weight from memory as a decode step does), one call each per pass, the two paths
@@ -20,6 +20,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--rows", default="1,5,8,16,32,64")
     parser.add_argument("--passes", type=int, default=15)
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads.")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     parser.add_argument("--result-json", default=None)
     parser.set_defaults(func=run)
 
@@ -34,25 +35,32 @@ def run(args: argparse.Namespace) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    llm = LLM(model=args.model)
+    llm = LLM(model=args.model, dtype=args.dtype)
     layers = [m for m in llm.engine.runner.model.modules()
               if isinstance(m, PackedLinear) and m.panels is not None]
     if not layers:
-        print("no panel-packed linears (not fp32 on CPU, or the kernel did not build)")
+        print("no panel-packed linears (not on CPU, or the kernel did not build)")
         return 1
-    megabytes = sum(m.in_features * m.out_features for m in layers) * 4 / 1e6
-    print(f"CPU flags: {cpu_flags()}; torch threads {torch.get_num_threads()}; "
+    # A bf16 decoder keeps no oneDNN copy (cpu_linear.ALL_ROWS): one is made here to race.
+    onednn_weights = [
+        m.packed if m.packed is not None
+        else linear_cpu.unpack(m.panels, m.out_features, m.in_features).contiguous().to_mkldnn()
+        for m in layers
+    ]
+    dtype = getattr(torch, args.dtype)
+    megabytes = sum(m.in_features * m.out_features for m in layers) * dtype.itemsize / 1e6
+    print(f"CPU flags: {cpu_flags()}; torch threads {torch.get_num_threads()}; {args.dtype}; "
           f"{len(layers)} linears, {megabytes:.0f} MB of weights", flush=True)
 
     def one_pass(rows: int, path: str) -> float:
-        inputs = [torch.randn(rows, m.in_features) for m in layers]
+        inputs = [torch.randn(rows, m.in_features).to(dtype) for m in layers]
         start = time.perf_counter()
         with torch.inference_mode():
-            for m, x in zip(layers, inputs):
+            for m, w, x in zip(layers, onednn_weights, inputs):
                 if path == "panels":
                     linear_cpu.linear(x, m.panels, m.out_features, m.bias)
                 else:
-                    torch.ops.mkldnn._linear_pointwise(x, m.packed, m.bias, "none", [], "")
+                    torch.ops.mkldnn._linear_pointwise(x, w, m.bias, "none", [], "")
         return time.perf_counter() - start
 
     results = []
@@ -67,5 +75,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"{rows:>5} {panels:>10.1f} {onednn:>10.1f} {onednn / panels:>13.2f}x", flush=True)
     if args.result_json:
         with open(args.result_json, "w", encoding="utf-8") as f:
-            json.dump({"cpu_flags": cpu_flags(), "rows": results}, f, indent=2)
+            json.dump({"cpu_flags": cpu_flags(), "dtype": args.dtype, "rows": results}, f,
+                      indent=2)
     return 0
