@@ -97,6 +97,31 @@ void with_tile_height(int rows, Fn&& fn) {
   }
 }
 
+// fn(R, P, m0, p0, cols) for every tile of an [M, N] output over `panels` panels: rows
+// [m0, m0 + R) against panels [p0, p0 + P) (P = kPanels, or 1 for a lone last panel), whose
+// first `cols` columns are real. Threads split the groups of panels; a group's panels stay in
+// cache while every row tile reads them. R and P come as std::integral_constant.
+template <typename Fn>
+void for_each_tile(int64_t M, int64_t N, int64_t panels, Fn&& fn) {
+  const int64_t groups = (panels + kPanels - 1) / kPanels;
+  at::parallel_for(0, groups, 1, [&](int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g) {
+      const int64_t p0 = g * kPanels;
+      const int64_t cols = std::min<int64_t>(N - p0 * kLanes, kPanels * kLanes);
+      const bool full = p0 + kPanels <= panels;
+      for (int64_t m0 = 0; m0 < M; m0 += kMaxRows) {
+        const int rows = static_cast<int>(std::min<int64_t>(kMaxRows, M - m0));
+        with_tile_height(rows, [&](auto r) {
+          if (full) {
+            fn(r, std::integral_constant<int, kPanels>{}, m0, p0, cols);
+          } else {
+            fn(r, std::integral_constant<int, 1>{}, m0, p0, cols);
+          }
+        });
+      }
+    }
+  });
+}
 
 // ---- bf16: the weight in panels of [K/2][16][2] (pairs of k per output column) ----
 // One 64-byte line holds a k pair for 16 columns: with AVX512_BF16 one vdpbf16ps multiplies
@@ -210,30 +235,11 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& packed, int64_
     bp = bias->data_ptr<float>();
   }
   float* yp = y.data_ptr<float>();
-  const int64_t groups = (panels + kPanels - 1) / kPanels;
-  // A group's panels stay in cache while every row tile reads them.
-  at::parallel_for(0, groups, 1, [&](int64_t g0, int64_t g1) {
-    for (int64_t g = g0; g < g1; ++g) {
-      const int64_t p0 = g * kPanels;
-      const int64_t col0 = p0 * kLanes;
-      const int64_t cols = std::min<int64_t>(N - col0, kPanels * kLanes);
-      const float* w = wp + p0 * K * kLanes;
-      const float* b = bp == nullptr ? nullptr : bp + col0;
-      const bool full = p0 + kPanels <= panels;
-      for (int64_t m0 = 0; m0 < M; m0 += kMaxRows) {
-        const int rows = static_cast<int>(std::min<int64_t>(kMaxRows, M - m0));
-        if (full) {
-          with_tile_height(rows, [&](auto r) {
-            tile<decltype(r)::value, kPanels>(xp + m0 * K, K, w, K, b, yp + m0 * N + col0, N,
-                                              cols);
-          });
-        } else {
-          with_tile_height(rows, [&](auto r) {
-            tile<decltype(r)::value, 1>(xp + m0 * K, K, w, K, b, yp + m0 * N + col0, N, cols);
-          });
-        }
-      }
-    }
+  for_each_tile(M, N, panels, [&](auto r, auto p, int64_t m0, int64_t p0, int64_t cols) {
+    const int64_t col0 = p0 * kLanes;
+    tile<decltype(r)::value, decltype(p)::value>(xp + m0 * K, K, wp + p0 * K * kLanes, K,
+                                                 bp == nullptr ? nullptr : bp + col0,
+                                                 yp + m0 * N + col0, N, cols);
   });
   return y;
 }
@@ -274,30 +280,11 @@ torch::Tensor linear_bf16(const torch::Tensor& x, const torch::Tensor& packed, i
     bp = b32.data_ptr<float>();
   }
   auto* yp = reinterpret_cast<uint16_t*>(y.data_ptr<at::BFloat16>());
-  const int64_t groups = (panels + kPanels - 1) / kPanels;
-  at::parallel_for(0, groups, 1, [&](int64_t g0, int64_t g1) {
-    for (int64_t g = g0; g < g1; ++g) {
-      const int64_t p0 = g * kPanels;
-      const int64_t col0 = p0 * kLanes;
-      const int64_t cols = std::min<int64_t>(N - col0, kPanels * kLanes);
-      const uint32_t* w = wp + p0 * pairs * kLanes;
-      const float* b = bp == nullptr ? nullptr : bp + col0;
-      const bool full = p0 + kPanels <= panels;
-      for (int64_t m0 = 0; m0 < M; m0 += kMaxRows) {
-        const int rows = static_cast<int>(std::min<int64_t>(kMaxRows, M - m0));
-        if (full) {
-          with_tile_height(rows, [&](auto r) {
-            tile_bf16<decltype(r)::value, kPanels>(xp + m0 * pairs, pairs, w, pairs, b,
-                                                   yp + m0 * N + col0, N, cols);
-          });
-        } else {
-          with_tile_height(rows, [&](auto r) {
-            tile_bf16<decltype(r)::value, 1>(xp + m0 * pairs, pairs, w, pairs, b,
-                                             yp + m0 * N + col0, N, cols);
-          });
-        }
-      }
-    }
+  for_each_tile(M, N, panels, [&](auto r, auto p, int64_t m0, int64_t p0, int64_t cols) {
+    const int64_t col0 = p0 * kLanes;
+    tile_bf16<decltype(r)::value, decltype(p)::value>(
+        xp + m0 * pairs, pairs, wp + p0 * pairs * kLanes, pairs,
+        bp == nullptr ? nullptr : bp + col0, yp + m0 * N + col0, N, cols);
   });
   return y;
 }
