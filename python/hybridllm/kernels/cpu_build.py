@@ -1,10 +1,11 @@
 """Builds a C++ CPU kernel (kernels/csrc/) with torch's extension tooling, once per source.
 
-One build folder per source *content*, compiler flags and torch version: every checkout of the
-same source (a fresh clone, a git worktree) reuses one build instead of compiling again. The
-source is copied into the folder so ninja always sees the same path for it. Where no compiler
-is available, or HYBRIDLLM_DISABLE_CPU_KERNELS is set, callers get None and keep their torch
-path (same results, slower).
+One build folder per source *content* (with the headers kernels share, csrc/*.h), compiler
+flags and torch version: every checkout of the same source (a fresh clone, a git worktree)
+reuses one build instead of compiling again. The source and headers are copied into the folder
+so ninja always sees the same paths for them. Where no compiler is available, or
+HYBRIDLLM_DISABLE_CPU_KERNELS is set, callers get None and keep their torch path (same
+results, slower).
 """
 
 from __future__ import annotations
@@ -34,15 +35,20 @@ def build(name: str, source_name: str, cflags: list[str]) -> ModuleType | None:
     from hybridllm.paths import cache_dir
 
     source_path = CSRC / source_name
-    code = source_path.read_bytes()
-    tag = hashlib.sha1(code + torch.__version__.encode() + " ".join(cflags).encode())
+    # The source and the headers every kernel may include (csrc/*.h), by content.
+    files = {p.name: p.read_bytes() for p in [source_path, *sorted(CSRC.glob("*.h"))]}
+    tag = hashlib.sha1(torch.__version__.encode() + " ".join(cflags).encode())
+    for fname, code in files.items():
+        tag.update(fname.encode() + b"\0" + code)
     folder = cache_dir() / "torch_extensions" / f"{source_path.stem}-{tag.hexdigest()[:12]}"
     folder.mkdir(parents=True, exist_ok=True)
+    for fname, code in files.items():
+        dest = folder / fname
+        if not dest.exists() or dest.read_bytes() != code:
+            tmp = folder / f".{fname}.{os.getpid()}"
+            tmp.write_bytes(code)
+            tmp.replace(dest)
     source = folder / source_name
-    if not source.exists() or source.read_bytes() != code:
-        tmp = folder / f".{source_name}.{os.getpid()}"
-        tmp.write_bytes(code)
-        tmp.replace(source)
     try:
         import ninja  # the build tool torch drives; its PyPI package ships the binary
         from torch.utils.cpp_extension import load as load_extension

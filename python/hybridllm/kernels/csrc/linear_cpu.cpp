@@ -19,6 +19,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include "cpu_vec.h"
+
 namespace {
 
 constexpr int64_t kLanes = 16;
@@ -130,30 +132,14 @@ void for_each_tile(int64_t M, int64_t N, int64_t panels, Fn&& fn) {
 // is widened to fp32 (exact) and added by two FMAs. Accumulation is fp32 either way; each
 // output is rounded to bf16 once, so a row's result again does not depend on the batch.
 
-typedef uint32_t u32v __attribute__((vector_size(kLanes * sizeof(uint32_t))));
-typedef uint16_t u16v __attribute__((vector_size(kLanes * sizeof(uint16_t))));
+using hybridllm_cpu::as_vec;
+using hybridllm_cpu::store16;  // fp32 -> bf16 rounds to nearest even, as c10::BFloat16 does
+typedef hybridllm_cpu::u32x16 u32v;
 
 inline u32v load_u32(const uint32_t* p) {
   u32v v;
   std::memcpy(&v, p, sizeof v);
   return v;
-}
-
-// 16 fp32 -> bf16, rounding to nearest even as c10::BFloat16 does (a NaN stays a NaN).
-inline void store_bf16(uint16_t* dst, vec v, int64_t n) {
-  u32v bits;
-  std::memcpy(&bits, &v, sizeof bits);
-  const u32v rounded = (bits + (((bits >> 16) & 1u) + 0x7fffu)) >> 16;
-  const u32v nan = (u32v)(v != v);  // all ones where v is NaN
-  const u32v out = (rounded & ~nan) | (nan & 0x7fc0u);
-  const u16v h = __builtin_convertvector(out, u16v);
-  std::memcpy(dst, &h, n * sizeof(uint16_t));
-}
-
-inline vec as_vec(u32v v) {
-  vec f;
-  std::memcpy(&f, &v, sizeof f);
-  return f;
 }
 
 // Rows [0, R) of x (bf16, K2 / 2 pairs per row, ldx in pairs) against panels [0, P) at wp.
@@ -199,7 +185,7 @@ void tile_bf16(const uint32_t* x, int64_t ldx, const uint32_t* wp, int64_t pairs
         std::memcpy(b, bias + p * kLanes, n * sizeof(float));
         out += load(b);
       }
-      store_bf16(y + r * ldy + p * kLanes, out, n);
+      store16(y + r * ldy + p * kLanes, out, n);
     }
   }
 }
