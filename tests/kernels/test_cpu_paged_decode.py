@@ -1,4 +1,5 @@
-"""The C++ CPU paged-decode kernel against the torch reference (gather + softmax)."""
+"""The C++ CPU paged attention kernels, decode and prefill, against the torch reference
+(gather + softmax)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import torch
 
 from hybridllm.attention.torch_ref import paged_attention_reference
 from hybridllm.kernels import cpu_paged_decode
+from hybridllm.kernels.testing import build_metadata, random_kv_cache
 from hybridllm.step_types import AttentionMetadata
 
 
@@ -58,3 +60,60 @@ def test_matches_reference(
         # The same fp32 result rounded once to bf16: the fp32 bound above plus at most one
         # bf16 ulp, where the summation order's few fp32 ulps straddle a rounding boundary.
         torch.testing.assert_close(out.float(), ref.to(dtype).float(), rtol=2**-7, atol=2e-6)
+
+
+# Whole prompts (shorter than, as long as, and longer than a 16-row tile, some ending mid
+# block), chunks of a longer prompt (rows after cached keys), and decode rows the kernel must
+# leave alone.
+PREFILL_SPECS = [(128, 128), (5, 20), (17, 17), (33, 100), (1, 9), (16, 16), (40, 41), (1, 60)]
+
+
+@pytest.mark.parametrize("heads, kv_heads, dim", [(9, 3, 64), (8, 8, 32), (4, 1, 256), (6, 2, 24)])
+@pytest.mark.parametrize("window", [None, 1, 5, 16, 40])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_prefill_matches_reference(
+    heads: int, kv_heads: int, dim: int, window: int | None, dtype: torch.dtype
+) -> None:
+    gen = torch.Generator().manual_seed(1)
+    block_size, num_blocks = 16, 48
+    meta = build_metadata(PREFILL_SPECS, block_size, num_blocks, "cpu", gen)
+    key_cache, value_cache = random_kv_cache(num_blocks, block_size, kv_heads, dim, dtype, "cpu",
+                                             gen)
+    tokens = sum(q for q, _ in PREFILL_SPECS)
+    # The query as the model has it: a view of a wider fused-projection row.
+    qkv = torch.randn(tokens, (heads + 2 * kv_heads) * dim, generator=gen).to(dtype)
+    query = qkv[:, : heads * dim].view(tokens, heads, dim)
+    scale = dim**-0.5
+    ref = paged_attention_reference(
+        query.float(), key_cache.float(), value_cache.float(), meta, scale, window
+    )
+    seqs, start, prompt_rows = [], 0, torch.zeros(tokens, dtype=torch.bool)
+    for i, (q_len, k_len) in enumerate(PREFILL_SPECS):
+        if q_len > 1:
+            seqs.append([i, start, q_len, k_len])
+            prompt_rows[start : start + q_len] = True
+        start += q_len
+    out = torch.full((tokens, heads, dim), 7.0, dtype=dtype)
+    cpu_paged_decode.paged_prefill(
+        query, key_cache, value_cache, meta.block_tables, torch.tensor(seqs), scale, window, out
+    )
+    assert torch.equal(out[~prompt_rows], torch.full_like(out[~prompt_rows], 7.0))
+    got, want = out[prompt_rows], ref[prompt_rows]
+    # The decode bound, plus the online softmax's rescaling of each row's running sums once
+    # per 16-key chunk (up to 8 times here), one fp32 rounding each: ~20 ulps of outputs of
+    # order 1 at head_dim 256 (both sides' 256-term score sums round differently).
+    if dtype == torch.float32:
+        torch.testing.assert_close(got, want, rtol=4e-6, atol=2e-6)
+    else:
+        torch.testing.assert_close(got.float(), want.to(dtype).float(), rtol=2**-7, atol=2e-6)
+
+
+def test_prefill_refuses_rows_out_of_range() -> None:
+    meta = build_metadata([(4, 4)], 16, 2, "cpu")
+    key_cache, value_cache = random_kv_cache(2, 16, 1, 32, torch.float32, "cpu")
+    query = torch.randn(4, 1, 32)
+    out = torch.empty_like(query)
+    for bad in ([0, 0, 5, 5], [0, 1, 4, 4], [0, 0, 4, 3], [1, 0, 4, 4], [0, 0, 4, 40]):
+        with pytest.raises(RuntimeError, match="out of range"):
+            cpu_paged_decode.paged_prefill(query, key_cache, value_cache, meta.block_tables,
+                                           torch.tensor([bad]), 0.1, None, out)

@@ -97,8 +97,9 @@ def _decode_plan(
 
 
 class TorchAttentionBackend:
-    """Decode rows through the C++ paged kernel (fp32 or bf16 on CPU), else batched over keys
-    gathered into reused buffers; prefill rows one by one.
+    """On CPU in fp32 or bf16, the C++ paged kernels: decode rows and prompt rows each in one
+    call. Elsewhere decode rows batched over keys gathered into reused buffers, and prompt rows
+    one sequence at a time.
 
     The gather goes into buffers kept across layers and steps: on CPU a fresh multi-megabyte
     tensor per layer costs more in page faults than the copy itself.
@@ -153,30 +154,39 @@ class TorchAttentionBackend:
         window: int | None = None,
     ) -> torch.Tensor:
         decode, prefill = self._split_for(meta)
-        if decode and not prefill and self._use_kernel(query, key_cache):
+        kernel = self._use_kernel(query, key_cache)
+        if decode and not prefill and kernel:
             # Every row decodes, in sequence order: the kernel's output is the whole answer.
             plan = self._plan_for(meta, decode, key_cache)
             return cpu_paged_decode.paged_decode(
                 query, key_cache, value_cache, plan.tables, plan.lens, scale, window
             )
-        out = torch.empty_like(query)
+        out = torch.empty(query.shape, dtype=query.dtype, device=query.device)
         if decode:
             plan = self._plan_for(meta, decode, key_cache)
             q = query.index_select(0, plan.q_rows)
-            if self._use_kernel(q, key_cache):
+            if kernel:
                 o = cpu_paged_decode.paged_decode(
                     q, key_cache, value_cache, plan.tables, plan.lens, scale, window
                 )
-                out.index_copy_(0, plan.q_rows, o)
-                decode = []
-        if decode:
-            k = self._gather("k", key_cache, plan)
-            v = self._gather("v", value_cache, plan)
-            q = query.index_select(0, plan.q_rows).unsqueeze(2)  # [b, H, 1, D]
-            o = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=plan.windowed_mask(window), scale=scale, enable_gqa=True
+            else:
+                k = self._gather("k", key_cache, plan)
+                v = self._gather("v", value_cache, plan)
+                o = F.scaled_dot_product_attention(
+                    q.unsqueeze(2), k, v, attn_mask=plan.windowed_mask(window), scale=scale,
+                    enable_gqa=True,
+                ).squeeze(2)  # q as [b, H, 1, D]
+            out.index_copy_(0, plan.q_rows, o)
+        if prefill and kernel:
+            # Every prompt row of the step in one call, keys read from the cache (this step's
+            # were written there first).
+            seqs = meta.backend_state.get("torch_prefill_seqs")
+            if seqs is None:
+                seqs = meta.backend_state["torch_prefill_seqs"] = torch.tensor(prefill)
+            cpu_paged_decode.paged_prefill(
+                query, key_cache, value_cache, meta.block_tables, seqs, scale, window, out
             )
-            out.index_copy_(0, plan.q_rows, o.squeeze(2))
+            return out
         for i, start, q_len, k_len in prefill:
             rows = slice(start, start + q_len)
             if key is not None and value is not None and q_len == k_len and (

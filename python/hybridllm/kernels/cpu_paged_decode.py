@@ -1,4 +1,5 @@
-"""The CPU paged-decode attention kernel (csrc/paged_decode_cpu.cpp), built on first use.
+"""The CPU paged attention kernels (csrc/paged_decode_cpu.cpp), built on first use: decode (one
+query row per sequence) and prefill (many rows of a sequence, a prompt or a chunk of one).
 
 Compiled once with torch's C++ extension tooling into a cache folder; where no compiler is
 available the torch backend keeps its gather-based path (same results, slower).
@@ -34,4 +35,24 @@ def paged_decode(
     assert module is not None
     return module.paged_decode(
         query, key_cache, value_cache, block_tables, seq_lens, scale, window or 0
+    )
+
+
+def paged_prefill(
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seqs: torch.Tensor,
+    scale: float,
+    window: int | None,
+    out: torch.Tensor,
+) -> None:
+    """Causal attention over the cache (this step's keys already written) for the query rows
+    of each sequence in seqs [P, 4] int64: (block-table row, first query row, query rows,
+    keys); writes those rows of out [T, H, D]. query [T, H, D], last dim contiguous."""
+    module = load()
+    assert module is not None
+    module.paged_prefill(
+        query, key_cache, value_cache, block_tables, seqs, scale, window or 0, out
     )

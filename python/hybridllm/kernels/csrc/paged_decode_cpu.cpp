@@ -8,45 +8,25 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
+
+#include "cpu_vec.h"
 
 namespace {
 
-constexpr int64_t kLanes = 16;
-
-// A bf16 value is the top half of an fp32: widening is exact.
-inline float widen(float x) { return x; }
-inline float widen(c10::BFloat16 x) { return static_cast<float>(x); }
-
-// exp(x) for x <= 0 in a form the compiler vectorizes (libm's expf is a scalar call per
-// element): x = n ln2 + r, exp(r) by a degree-6 polynomial (Cephes' expf coefficients,
-// ~1 ulp on |r| <= ln2/2), times 2^n built in the exponent bits.
-inline float exp_nonpositive(float x) {
-  x = std::max(x, -87.0f);  // below this exp underflows; its weight in a softmax is 0 anyway
-  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
-  const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return p * scale;
-}
+using namespace hybridllm_cpu;
 
 // Softmax numerator in place: s[t] = exp(s[t] - max(s)). Returns 1 / sum, the normalizer.
 inline float exp_shifted(float* s, int64_t len) {
   const float mx = *std::max_element(s, s + len);
   float sum = 0.f;
   for (int64_t t = 0; t < len; ++t) {
-    s[t] = exp_nonpositive(s[t] - mx);
+    s[t] = exp_clamped(s[t] - mx);
     sum += s[t];
   }
   return 1.f / sum;
@@ -146,40 +126,6 @@ void decode_one(const float* q, const T* kc, const T* vc, const int32_t* table,
 // GCC/Clang vector types of 16 floats, lowered to the widest registers the target has. The
 // generic loops above leave per-key horizontal sums and per-element stores to the compiler,
 // which made this kernel compute-bound (about 2.5x slower than here with the data in cache).
-typedef float vec16 __attribute__((vector_size(64)));
-typedef float vec8 __attribute__((vector_size(32)));
-typedef float vec4 __attribute__((vector_size(16)));
-
-inline vec16 load16(const float* p) {
-  vec16 v;
-  std::memcpy(&v, p, sizeof v);  // unaligned
-  return v;
-}
-
-typedef uint16_t u16x16 __attribute__((vector_size(32)));
-typedef uint32_t u32x16 __attribute__((vector_size(64)));
-
-// 16 bf16 values widened to fp32: each one's bits moved to the top half of a 32-bit lane.
-inline vec16 load16(const c10::BFloat16* p) {
-  u16x16 h;
-  std::memcpy(&h, p, sizeof h);
-  const u32x16 w = __builtin_convertvector(h, u32x16) << 16;
-  vec16 v;
-  std::memcpy(&v, &w, sizeof v);
-  return v;
-}
-
-inline void store16(float* p, vec16 v) { std::memcpy(p, &v, sizeof v); }
-
-// The 16 lanes summed by halving (a lane loop compiles to 16 extracts).
-inline float hsum(vec16 v) {
-  const vec8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
-                 __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
-  const vec4 b =
-      __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
-  return (b[0] + b[2]) + (b[1] + b[3]);
-}
-
 // decode_one for head_dim = 16 * NV and G query heads per kv head, both known at compile time.
 // Keys and values are visited token row by token row (all kv heads of a token are one
 // contiguous row), so each block is read front to back: the hardware prefetcher streams it
@@ -289,7 +235,217 @@ void decode_all(const float* q, const T* kc, const T* vc, const int32_t* tables,
   });
 }
 
+// ---- Prefill: many query rows of one sequence (a prompt, or a chunk of one) ----
+// A tile of up to 16 consecutive rows of one query head is held transposed, [D][16 rows], so
+// one key's scores for all 16 rows are a single vector of FMAs over d, and a chunk of up to 16
+// keys yields each row's running max and sum as lane-wise vector ops (no horizontal sums).
+// Values are then added row by row, weights broadcast. Keys come in chunks that never cross a
+// cache block; the query heads sharing a kv head take each chunk in turn, so a bf16 chunk is
+// widened to fp32 once for all of them. The softmax is online (running max and sum per row),
+// all in fp32; keys after a tile's last row are never visited.
+constexpr int64_t kTile = kLanes;   // query rows per tile: one per lane
+constexpr int64_t kChunk = kLanes;  // keys per chunk
+
+struct PrefillScratch {
+  std::vector<float> qt, keys, values, weights, acc;
+  PrefillScratch(int64_t group, int64_t dim)
+      : qt(group * dim * kTile), keys(kChunk * dim), values(kChunk * dim),
+        weights(kChunk * kTile), acc(group * kTile * dim) {}
+};
+
+// A chunk's rows as fp32: in place for an fp32 cache (row stride token_stride), else widened
+// into buf (row stride dim). Rows past n are zeros in buf; `whole` asks for all kChunk rows
+// to be readable (the score loop reads every one of them).
+template <typename T>
+const float* chunk_rows(const T* src, int64_t n, int64_t token_stride, int64_t dim, bool whole,
+                        float* buf, int64_t& stride) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (n == kChunk || !whole) {
+      stride = token_stride;
+      return src;
+    }
+  }
+  stride = dim;
+  for (int64_t j = 0; j < kChunk; ++j)
+    for (int64_t d = 0; d < dim; ++d) buf[j * dim + d] = j < n ? widen(src[j * token_stride + d]) : 0.f;
+  return buf;
+}
+
+// Rows [0, rows) of a tile for the G query heads of one kv head: row r is at position
+// pos0 + r; head g's query at q + g * qh + r * qs and its output at o + g * oh + r * os.
+// kc / vc point at the kv head's slice of cache slot 0. NV > 0: dim = 16 * NV, known at
+// compile time, so a row's accumulators stay in registers while it adds the chunk's values.
+template <int NV, typename T>
+void prefill_tile(const T* q, int64_t qs, int64_t qh, int64_t group, int64_t rows,
+                  int64_t pos0, const T* kc, const T* vc, const int32_t* table,
+                  int64_t block_size, int64_t token_stride, int64_t dim_, float scale,
+                  int64_t window, T* o, int64_t os, int64_t oh, PrefillScratch& w) {
+  const int64_t dim = NV > 0 ? NV * kLanes : dim_;
+  for (int64_t g = 0; g < group; ++g) {
+    float* qt = w.qt.data() + g * dim * kTile;
+    for (int64_t d = 0; d < dim; ++d)
+      for (int64_t r = 0; r < kTile; ++r)
+        qt[d * kTile + r] = r < rows ? widen(q[g * qh + r * qs + d]) * scale : 0.f;
+  }
+  std::fill(w.acc.begin(), w.acc.end(), 0.f);
+  const float ninf = -std::numeric_limits<float>::infinity();
+  i32x16 pos;
+  for (int64_t r = 0; r < kTile; ++r) pos[r] = static_cast<int32_t>(pos0 + r);
+  std::vector<vec16> run_max(group, vec16{} + ninf), run_sum(group, vec16{});
+  const int64_t last = pos0 + rows - 1;
+  for (int64_t t = window > 0 ? std::max<int64_t>(0, pos0 - window + 1) : 0; t <= last;) {
+    const int64_t off = t % block_size;
+    const int64_t n = std::min({block_size - off, last + 1 - t, kChunk});
+    const int64_t slot = int64_t(table[t / block_size]) * block_size + off;
+    int64_t ks, vs;
+    const float* keys = chunk_rows(kc + slot * token_stride, n, token_stride, dim, true,
+                                   w.keys.data(), ks);
+    const float* values = chunk_rows(vc + slot * token_stride, n, token_stride, dim, false,
+                                     w.values.data(), vs);
+    i32x16 seen[kChunk];
+    for (int64_t j = 0; j < kChunk; ++j) {
+      const int32_t key = static_cast<int32_t>(t + j);
+      seen[j] = pos >= key;
+      if (window > 0) seen[j] &= pos < key + static_cast<int32_t>(window);
+      if (j >= n) seen[j] = i32x16{};
+    }
+    for (int64_t g = 0; g < group; ++g) {
+      const float* qt = w.qt.data() + g * dim * kTile;
+      vec16 s[kChunk] = {};
+      for (int64_t d = 0; d < dim; ++d) {
+        const vec16 qd = load16(qt + d * kTile);
+        for (int64_t j = 0; j < kChunk; ++j) s[j] += qd * keys[j * ks + d];
+      }
+      vec16 mx = run_max[g];
+      for (int64_t j = 0; j < kChunk; ++j) {
+        s[j] = seen[j] ? s[j] : ninf;
+        mx = mx > s[j] ? mx : s[j];
+      }
+      // A row that has seen no key yet (max still -inf) keeps zero weights and sums.
+      const vec16 corr = run_max[g] == ninf ? vec16{} : exp16(run_max[g] - mx);
+      vec16 sum = {};
+      for (int64_t j = 0; j < kChunk; ++j) {
+        const vec16 p = s[j] == ninf ? vec16{} : exp16(s[j] - mx);
+        sum += p;
+        store16(w.weights.data() + j * kTile, p);
+      }
+      run_sum[g] = run_sum[g] * corr + sum;
+      run_max[g] = mx;
+      for (int64_t r = 0; r < rows; ++r) {
+        float* a = w.acc.data() + (g * kTile + r) * dim;
+        const float c = corr[r];
+        if constexpr (NV > 0) {
+          vec16 v[NV];
+          for (int i = 0; i < NV; ++i) v[i] = load16(a + i * kLanes) * c;
+          for (int64_t j = 0; j < n; ++j) {
+            const float p = w.weights[j * kTile + r];
+            for (int i = 0; i < NV; ++i) v[i] += p * load16(values + j * vs + i * kLanes);
+          }
+          for (int i = 0; i < NV; ++i) store16(a + i * kLanes, v[i]);
+        } else {
+          over_lanes(dim, [&](int64_t d, auto m) {
+            vec16 v = load16(a + d, m) * c;
+            for (int64_t j = 0; j < n; ++j)
+              v += w.weights[j * kTile + r] * load16(values + j * vs + d, m);
+            store16(a + d, v, m);
+          });
+        }
+      }
+    }
+    t += n;
+  }
+  for (int64_t g = 0; g < group; ++g) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const float inv = 1.f / run_sum[g][r];
+      const float* a = w.acc.data() + (g * kTile + r) * dim;
+      over_lanes(dim, [&](int64_t d, auto m) {
+        store16(o + g * oh + r * os + d, load16(a + d, m) * inv, m);
+      });
+    }
+  }
+}
+
 }  // namespace
+
+// Causal attention of every listed sequence's query rows over its cached keys (this step's
+// included: they are written to the cache first). query [T, H, D] (last dim contiguous);
+// caches [num_blocks, block_size, Hkv, D] contiguous, of the query's dtype (fp32 or bf16);
+// block_tables [B, max_blocks] int32; seqs [P, 4] int64 rows (block-table row, first query
+// row, query rows, keys), the query rows being the sequence's last positions; window: each row
+// sees its last `window` keys only, or 0 for all. Writes those rows of out [T, H, D].
+void paged_prefill(const torch::Tensor& query, const torch::Tensor& key_cache,
+                   const torch::Tensor& value_cache, const torch::Tensor& block_tables,
+                   const torch::Tensor& seqs, double scale, int64_t window, torch::Tensor out) {
+  const auto dtype = key_cache.scalar_type();
+  TORCH_CHECK(dtype == torch::kFloat32 || dtype == torch::kBFloat16,
+              "paged_prefill: a float32 or bfloat16 cache");
+  TORCH_CHECK(query.scalar_type() == dtype && value_cache.scalar_type() == dtype &&
+                  out.scalar_type() == dtype,
+              "paged_prefill: query, keys, values and out of one dtype");
+  TORCH_CHECK(key_cache.is_contiguous() && value_cache.is_contiguous() && out.is_contiguous(),
+              "paged_prefill: contiguous caches and out");
+  TORCH_CHECK(query.dim() == 3 && query.stride(2) == 1 && out.sizes() == query.sizes(),
+              "paged_prefill: query [T, H, D] with contiguous rows, out of its shape");
+  TORCH_CHECK(block_tables.dtype() == torch::kInt32 && seqs.dtype() == torch::kInt64 &&
+                  seqs.dim() == 2 && seqs.size(1) == 4,
+              "paged_prefill: int32 block tables and [P, 4] int64 seqs");
+  const auto tables = block_tables.contiguous();
+  const auto list = seqs.contiguous();
+  const int64_t heads = query.size(1), dim = query.size(2), tokens = query.size(0);
+  const int64_t block_size = key_cache.size(1), num_kv = key_cache.size(2);
+  const int64_t max_blocks = tables.size(1), group = heads / num_kv;
+  TORCH_CHECK(heads % num_kv == 0 && key_cache.size(3) == dim, "paged_prefill: bad head shapes");
+  const int64_t* sp = list.data_ptr<int64_t>();
+  // One work item per (sequence, kv head, tile of rows). A tile's cost grows with its
+  // position (more keys before it); threads take contiguous runs of items, so tiles are
+  // listed first, last, second, second to last, ... to even the runs out.
+  std::vector<std::array<int64_t, 3>> items;
+  for (int64_t i = 0; i < list.size(0); ++i) {
+    const int64_t row = sp[i * 4], start = sp[i * 4 + 1], q_len = sp[i * 4 + 2];
+    const int64_t k_len = sp[i * 4 + 3];
+    TORCH_CHECK(row >= 0 && row < tables.size(0) && start >= 0 && q_len >= 1 &&
+                    start + q_len <= tokens && q_len <= k_len &&
+                    k_len <= max_blocks * block_size,
+                "paged_prefill: sequence ", i, " out of range");
+    const int64_t tiles = (q_len + kTile - 1) / kTile;
+    for (int64_t f = 0; f < tiles; ++f) {
+      const int64_t tile = f % 2 == 0 ? f / 2 : tiles - 1 - f / 2;
+      for (int64_t h = 0; h < num_kv; ++h) items.push_back({i, h, tile * kTile});
+    }
+  }
+  const int64_t token_stride = num_kv * dim;
+  const int64_t qs0 = query.stride(0), qs1 = query.stride(1);
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    auto tile = prefill_tile<0, T>;
+    if (dim == 32) tile = prefill_tile<2, T>;
+    if (dim == 64) tile = prefill_tile<4, T>;
+    if (dim == 128) tile = prefill_tile<8, T>;
+    if (dim == 256) tile = prefill_tile<16, T>;
+    const T* qp = query.data_ptr<T>();
+    const T* kc = key_cache.data_ptr<T>();
+    const T* vc = value_cache.data_ptr<T>();
+    T* op = out.data_ptr<T>();
+    at::parallel_for(0, static_cast<int64_t>(items.size()), 1, [&](int64_t b, int64_t e) {
+      PrefillScratch scratch(group, dim);
+      for (int64_t it = b; it < e; ++it) {
+        const auto [i, h, r0] = items[it];
+        const int64_t start = sp[i * 4 + 1], q_len = sp[i * 4 + 2], k_len = sp[i * 4 + 3];
+        const int64_t head0 = h * group;
+        tile(qp + (start + r0) * qs0 + head0 * qs1, qs0, qs1, group,
+                     std::min(kTile, q_len - r0), k_len - q_len + r0, kc + h * dim,
+                     vc + h * dim, tables.data_ptr<int32_t>() + sp[i * 4] * max_blocks,
+                     block_size, token_stride, dim, float(scale), window,
+                     op + (start + r0) * heads * dim + head0 * dim, heads * dim, dim, scratch);
+      }
+    });
+  };
+  if (dtype == torch::kFloat32) {
+    run(float{});
+  } else {
+    run(c10::BFloat16{});
+  }
+}
 
 // query [B, H, D]; caches [num_blocks, block_size, Hkv, D] contiguous, fp32 or bf16 (the
 // query in the cache's dtype); block_tables [B, max_blocks] int32; seq_lens [B] int32;
@@ -331,4 +487,5 @@ torch::Tensor paged_decode(torch::Tensor query, torch::Tensor key_cache, torch::
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("paged_decode", &paged_decode, "Paged decode attention on CPU (float32 or bfloat16 cache)");
+  m.def("paged_prefill", &paged_prefill, "Paged causal attention of prompt rows on CPU");
 }
