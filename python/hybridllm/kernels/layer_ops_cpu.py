@@ -3,7 +3,7 @@ use: the CPU implementation of models.layers.LayerOps, which models/fused_ops.py
 
 Each is one pass over the rows (torch's versions are 5-12 ops with fp32 temporaries); same
 results as the torch functions in models/layers.py up to fp32 summation order. add_rms_norm
-updates the residual in place, and rotary_qk and silu_and_mul work in place in their inputs.
+updates the residual in place and rotary_qk rotates q and k in place.
 """
 
 from __future__ import annotations
@@ -40,9 +40,8 @@ def add_rms_norm(
 
 
 def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
-    """silu(gate) * up written over gate_up's first half; returns that half (a view)."""
-    _module().silu_and_mul_(gate_up)
-    return gate_up[:, : gate_up.shape[1] // 2]
+    """[T, 2I] -> silu(gate) * up, a new contiguous [T, I] tensor (the next GEMM's input)."""
+    return _module().silu_and_mul(gate_up)
 
 
 def rotary_qk(

@@ -103,27 +103,32 @@ torch::Tensor add_rms_norm(const torch::Tensor& x, torch::Tensor residual,
   return y;
 }
 
-// gate_up [M, 2I] contiguous: its first half becomes silu(gate) * up in place (rounded to the
-// dtype after the SiLU and after the product, as F.silu then mul do).
-void silu_and_mul_(torch::Tensor gate_up) {
+// gate_up [M, 2I] contiguous -> silu(gate) * up [M, I] (rounded to the dtype after the SiLU
+// and after the product, as F.silu then mul do). A new contiguous tensor, as the next linear
+// wants it: an in-place result would be a strided view, copied again before the GEMM.
+torch::Tensor silu_and_mul(const torch::Tensor& gate_up) {
   TORCH_CHECK(gate_up.dim() == 2 && gate_up.is_contiguous() && gate_up.size(1) % 2 == 0,
-              "silu_and_mul_: gate_up must be a contiguous [tokens, 2 * intermediate] tensor");
+              "silu_and_mul: gate_up must be a contiguous [tokens, 2 * intermediate] tensor");
   const int64_t M = gate_up.size(0), I = gate_up.size(1) / 2;
-  with_dtype(gate_up, "silu_and_mul_", [&](auto t) {
+  auto out = torch::empty({M, I}, gate_up.options());
+  with_dtype(gate_up, "silu_and_mul", [&](auto t) {
     using T = decltype(t);
-    T* p = gate_up.data_ptr<T>();
+    const T* p = gate_up.data_ptr<T>();
+    T* op = out.data_ptr<T>();
     at::parallel_for(0, M, row_grain(2 * I), [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) {
-        T* g = p + r * 2 * I;
+        const T* g = p + r * 2 * I;
         const T* u = g + I;
+        T* o = op + r * I;
         over_lanes(I, [&](int64_t i, auto m) {
           const vec16 x = load16(g + i, m);
           const vec16 silu = round_to<T>(x / (1.0f + exp16(-x)));
-          store16(g + i, silu * load16(u + i, m), m);
+          store16(o + i, silu * load16(u + i, m), m);
         });
       }
     });
   });
+  return out;
 }
 
 namespace {
@@ -186,6 +191,6 @@ void rotary_qk_(torch::Tensor q, torch::Tensor k, const torch::Tensor& positions
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("rms_norm", &rms_norm, "RMSNorm of each row (Llama's rounding order)");
   m.def("add_rms_norm", &add_rms_norm, "residual += x in place; RMSNorm of the new residual");
-  m.def("silu_and_mul_", &silu_and_mul_, "silu(gate) * up into gate_up's first half");
+  m.def("silu_and_mul", &silu_and_mul, "silu(gate) * up, a new [tokens, intermediate] tensor");
   m.def("rotary_qk_", &rotary_qk_, "Rotate-half RoPE on q and k in place");
 }

@@ -158,6 +158,29 @@ void decode_vec(const float* q, const T* kc, const T* vc, const int32_t* table,
     t += n;
   }
   for (int64_t r = 0; r < heads; ++r) inv[r] = exp_shifted(scores.data() + r * cnt, cnt);
+  if constexpr (G * NV <= 24) {
+    // The weighted sum of values one kv head at a time, its G x NV accumulators in registers
+    // (the loop below keeps them in memory: a load and a store per multiply-add).
+    for (int64_t h = 0; h < num_kv; ++h) {
+      vec16 acc[G][NV] = {};
+      const float* p = scores.data() + h * G * cnt - first;
+      for (int64_t t = first; t < len;) {
+        const int64_t blk = t / block_size, off = t % block_size;
+        const int64_t n = std::min(block_size - off, len - t);
+        const T* row = vc + (int64_t(table[blk]) * block_size + off) * token_stride + h * dim;
+        for (int64_t j = 0; j < n; ++j, row += token_stride) {
+          for (int c = 0; c < NV; ++c) {
+            const vec16 v = load16(row + c * 16);
+            for (int g = 0; g < G; ++g) acc[g][c] += p[g * cnt + t + j] * v;
+          }
+        }
+        t += n;
+      }
+      for (int g = 0; g < G; ++g)
+        for (int c = 0; c < NV; ++c) store16(out + (h * G + g) * dim + c * 16, acc[g][c] * inv[h * G + g]);
+    }
+    return;
+  }
   std::fill(out, out + heads * dim, 0.f);
   for (int64_t t = first; t < len;) {
     const int64_t blk = t / block_size, off = t % block_size;
