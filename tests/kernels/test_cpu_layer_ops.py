@@ -15,7 +15,7 @@ import torch
 
 from hybridllm.attention.torch_ref import TorchAttentionBackend
 from hybridllm.kernels import layer_ops_cpu
-from hybridllm.kernels.testing import build_metadata
+from hybridllm.kernels.testing import TINY_LLAMA_CONFIG, build_metadata
 from hybridllm.models import layers
 from hybridllm.models.fused_ops import cpu_ops
 from hybridllm.models.loader import load_model
@@ -111,12 +111,7 @@ def test_bad_inputs_are_refused() -> None:
         layer_ops_cpu.rotary_qk(q, k, torch.tensor([0, 10, 1]), cos_sin)
 
 
-TINY = {
-    "architectures": ["LlamaForCausalLM"], "hidden_size": 96, "intermediate_size": 160,
-    "num_hidden_layers": 2, "num_attention_heads": 6, "num_key_value_heads": 2,
-    "head_dim": 16, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
-    "tie_word_embeddings": True, "vocab_size": 300,
-}
+TINY = TINY_LLAMA_CONFIG
 
 
 VARIANTS = {

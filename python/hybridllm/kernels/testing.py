@@ -1,10 +1,19 @@
-"""Builders of random paged-attention batches, shared by the kernel tests and the benchmark."""
+"""Builders of random paged-attention batches, shared by the kernel tests and the benchmark,
+and the tiny Llama config the model-step tests load with dummy weights."""
 
 from __future__ import annotations
 
 import torch
 
 from hybridllm.step_types import AttentionMetadata
+
+# A two-layer Llama with GQA (6 heads, 2 kv heads), small enough to run a step in milliseconds.
+TINY_LLAMA_CONFIG = {
+    "architectures": ["LlamaForCausalLM"], "hidden_size": 96, "intermediate_size": 160,
+    "num_hidden_layers": 2, "num_attention_heads": 6, "num_key_value_heads": 2,
+    "head_dim": 16, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+    "tie_word_embeddings": True, "vocab_size": 300,
+}
 
 
 def build_metadata(

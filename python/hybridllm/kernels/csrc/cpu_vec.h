@@ -77,17 +77,22 @@ inline vec16 round_to(vec16 v) {
 // x = n ln2 + r, exp(r) by a degree-6 polynomial (Cephes' expf coefficients, ~1 ulp on
 // |r| <= ln2/2), times 2^n built in the exponent bits. x is clamped to [-87, 88], where 2^n
 // stays a normal float: below, a softmax weight or a sigmoid's exp is 0 for all purposes.
-inline float exp_clamped(float x) {
-  x = std::min(std::max(x, -87.0f), 88.0f);
-  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
-  const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
+// The polynomial part, exp(r) for |r| <= ln2/2, on a float or on 16 lanes.
+template <typename V>
+inline V exp_reduced(V r) {
+  V p = r * 0.0f + 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
+  return p * r * r + r + 1.0f;
+}
+
+inline float exp_clamped(float x) {
+  x = std::min(std::max(x, -87.0f), 88.0f);
+  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
+  const float p = exp_reduced(x - n * 0.693359375f + n * 2.12194440e-4f);
   const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
   float scale;
   std::memcpy(&scale, &bits, sizeof scale);
@@ -102,14 +107,7 @@ inline vec16 exp16(vec16 x) {
   const vec16 t = x * 1.44269504088896341f + 0.5f;
   const vec16 truncated = __builtin_convertvector(__builtin_convertvector(t, i32x16), vec16);
   const vec16 n = truncated > t ? truncated - 1.0f : truncated;  // floor(t)
-  const vec16 r = x - n * 0.693359375f + n * 2.12194440e-4f;
-  vec16 p = vec16{} + 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
+  const vec16 p = exp_reduced(x - n * 0.693359375f + n * 2.12194440e-4f);
   const i32x16 bits = (__builtin_convertvector(n, i32x16) + 127) << 23;
   vec16 scale;
   std::memcpy(&scale, &bits, sizeof scale);
