@@ -1,8 +1,9 @@
 """Building blocks of the Llama family as small pure functions (torch reference versions).
 
-The model calls them through a `LayerOps` table chosen once at build time: `TORCH_OPS` (these
-functions; the CPU path) or `hybridllm.models.fused_ops.triton_ops()` (fused Triton kernels with the
-same results). These stay the oracle that the kernel tests compare against.
+The model calls them through a `LayerOps` table chosen once at build time
+(`hybridllm.models.fused_ops.select_layer_ops`): the fused C++ ops on CPU, fused Triton kernels on
+CUDA, or `TORCH_OPS` (these functions) where neither can run; all give the same results. These
+stay the oracle that the kernel tests compare against.
 """
 
 from __future__ import annotations
