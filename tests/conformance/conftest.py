@@ -55,7 +55,9 @@ def start_all(tmp_path_factory: pytest.TempPathFactory, model: Path,
             stop(s)
 
 
-@pytest.fixture(scope="session")
+# Package scope: the servers stop when this folder's tests are done, so the suite never holds
+# every folder's servers at once (about 4 GB a pair on CPU; together they ran out of memory).
+@pytest.fixture(scope="package")
 def servers(
     tmp_path_factory: pytest.TempPathFactory, model_path: Path
 ) -> Iterator[dict[str, Server]]:

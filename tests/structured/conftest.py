@@ -13,7 +13,9 @@ from tests.launch import Server, both_frontends
 FLAGS = ["--max-model-len", "512", "--max-num-seqs", "64", "--kv-cache-memory", str(256 << 20)]
 
 
-@pytest.fixture(scope="session")
+# Package scope: the servers stop when this folder's tests are done, so the suite never holds
+# every folder's servers at once (about 4 GB a pair on CPU; together they ran out of memory).
+@pytest.fixture(scope="package")
 def served(tmp_path_factory: pytest.TempPathFactory,
            model_path: Path) -> Iterator[dict[str, Server]]:
     """{"rust": ..., "python": ...}, loaded in parallel."""

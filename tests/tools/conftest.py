@@ -19,7 +19,9 @@ FLAGS = ["--max-model-len", "2048", "--max-num-seqs", "16", "--kv-cache-memory",
          "--enable-auto-tool-choice"]
 
 
-@pytest.fixture(scope="session")
+# Package scope: the servers stop when this folder's tests are done, so the suite never holds
+# every folder's servers at once (about 4 GB a pair on CPU; together they ran out of memory).
+@pytest.fixture(scope="package")
 def served(tmp_path_factory: pytest.TempPathFactory,
            model_path: Path) -> Iterator[dict[str, Server]]:
     """{"rust": ..., "python": ...}, loaded in parallel."""
