@@ -9,6 +9,7 @@ import torch
 
 from hybridllm.attention import AttentionBackend
 from hybridllm.config import EngineConfig, cpu_default_kv_cache_bytes
+from hybridllm.kernels.cpu_memory import HugePageArena
 from hybridllm.models.interfaces import CausalLM
 from hybridllm.step_types import AttentionMetadata, WindowPool
 
@@ -115,10 +116,13 @@ def allocate_kv_caches(config: EngineConfig, num_blocks: int,
         blocks = window_pool.num_blocks if window_pool and layer in windowed else num_blocks
         return (2, blocks, config.args.block_size, kv_heads_per_rank(config), m.head_dim)
 
-    return [
-        torch.zeros(shape(i), dtype=config.dtype, device=config.device)
-        for i in range(m.num_hidden_layers)
-    ]
+    shapes = [shape(i) for i in range(m.num_hidden_layers)]
+    if torch.device(config.device).type == "cpu":
+        # Decode attention streams the cache block by block: in huge pages (one mapping,
+        # its pages allocated as blocks are first written).
+        arena = HugePageArena(sum(HugePageArena.bytes_for(s, config.dtype) for s in shapes))
+        return [arena.zeros(s, config.dtype) for s in shapes]
+    return [torch.zeros(s, dtype=config.dtype, device=config.device) for s in shapes]
 
 
 def profile_batch(config: EngineConfig) -> list[int]:

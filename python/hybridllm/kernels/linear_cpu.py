@@ -28,6 +28,14 @@ def load() -> ModuleType | None:
     return build("hybridllm_linear_cpu", "linear_cpu.cpp", _CFLAGS)
 
 
+def packed_shape(out_features: int, in_features: int, dtype: torch.dtype) -> tuple[int, ...]:
+    """The shape `pack` gives an [out_features, in_features] weight of this dtype."""
+    panels = -(-out_features // LANES)
+    if dtype == torch.bfloat16:
+        return (panels, -(-in_features // 2), LANES, 2)
+    return (panels, in_features, LANES)
+
+
 def pack(weight: torch.Tensor) -> torch.Tensor:
     """[N, K] weight -> panels, zero columns past N: fp32 [ceil(N / 16), K, 16]; bf16
     [ceil(N / 16), ceil(K / 2), 16, 2] (a k pair per column, zero k past an odd K)."""

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from hybridllm.kernels import linear_cpu
+from hybridllm.kernels.cpu_memory import HugePageArena
 
 # Calls with at most this many rows go through the panel kernel, larger ones through oneDNN.
 # Measured on a 2-core Zen 4 (all 121 linears of the default model, 2 threads): the panels
@@ -52,7 +53,7 @@ class PackedLinear(nn.Module):
     """y = x W^T (+ b) with W held in oneDNN's layout. Inference only (no autograd)."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None,
-                 panel_rows: int = 0) -> None:
+                 panel_rows: int = 0, arena: HugePageArena | None = None) -> None:
         super().__init__()
         self.in_features, self.out_features = weight.shape[1], weight.shape[0]
         self.bias = None if bias is None else bias.detach().clone()
@@ -60,6 +61,9 @@ class PackedLinear(nn.Module):
         # see the module's doc).
         self.panel_rows = panel_rows if panel_rows and linear_cpu.load() is not None else 0
         self.panels = linear_cpu.pack(weight) if self.panel_rows else None
+        if self.panels is not None:
+            # Streamed from memory on every decode step: in huge pages (kernels/cpu_memory).
+            self.panels = (arena or HugePageArena(_panel_bytes(weight))).copy_of(self.panels)
         # An opaque oneDNN tensor: a plain attribute, not a parameter or buffer, so module
         # utilities (state_dict, .to) never see it. None where the panels take every call.
         self.packed = None if self.panel_rows == ALL_ROWS else weight.detach().to_mkldnn()
@@ -96,14 +100,24 @@ class PackedLinear(nn.Module):
         return y.view(*x.shape[:-1], self.out_features)
 
 
+def _panel_bytes(weight: torch.Tensor) -> int:
+    shape = linear_cpu.packed_shape(weight.shape[0], weight.shape[1], weight.dtype)
+    return HugePageArena.bytes_for(shape, weight.dtype)
+
+
 def pack_linears(model: nn.Module, panel_rows: int = 0) -> int:
-    """Replace every nn.Linear under model by a PackedLinear; returns how many."""
+    """Replace every nn.Linear under model by a PackedLinear; returns how many. Their panels
+    share one huge-page mapping (one weight packed at a time, so load needs no second copy
+    of them all)."""
     targets = [
         (parent, name, child)
         for parent in model.modules()
         for name, child in parent.named_children()
         if isinstance(child, nn.Linear)
     ]
+    arena = None
+    if panel_rows and linear_cpu.load() is not None:
+        arena = HugePageArena(sum(_panel_bytes(child.weight) for _, _, child in targets))
     for parent, name, child in targets:
-        setattr(parent, name, PackedLinear(child.weight, child.bias, panel_rows))
+        setattr(parent, name, PackedLinear(child.weight, child.bias, panel_rows, arena))
     return len(targets)
