@@ -37,9 +37,10 @@ def test_pack_layout_bf16() -> None:
 
 
 # N: whole panels, whole pairs of panels, a ragged last panel, fewer than one panel.
-# M: every tile height on AVX-512 (8) and AVX2 (6), and several tiles.
+# M: every tile height on AVX-512 (up to 8 rows against 2 panels, 9-16 rows against one) and
+# AVX2 (6), and several tiles.
 @pytest.mark.parametrize("n, k", [(64, 32), (48, 96), (35, 3), (7, 576), (960, 576)])
-@pytest.mark.parametrize("m", [1, 2, 3, 5, 6, 7, 8, 9, 13, 17])
+@pytest.mark.parametrize("m", [1, 2, 3, 5, 6, 7, 8, 9, 13, 16, 17])
 @pytest.mark.parametrize("with_bias", [False, True])
 def test_matches_reference(n: int, k: int, m: int, with_bias: bool) -> None:
     gen = torch.Generator().manual_seed(n * 1000 + k * 10 + m)
@@ -61,7 +62,7 @@ def test_matches_reference(n: int, k: int, m: int, with_bias: bool) -> None:
 
 # K odd: the zero k that completes the last pair must add nothing.
 @pytest.mark.parametrize("n, k", [(64, 32), (48, 96), (35, 3), (7, 577), (960, 576)])
-@pytest.mark.parametrize("m", [1, 2, 5, 6, 7, 8, 9, 17])
+@pytest.mark.parametrize("m", [1, 2, 5, 6, 7, 8, 9, 16, 17])
 @pytest.mark.parametrize("with_bias", [False, True])
 def test_bf16_matches_reference(n: int, k: int, m: int, with_bias: bool) -> None:
     gen = torch.Generator().manual_seed(n * 1000 + k * 10 + m)
