@@ -26,19 +26,23 @@ def test_kernel_builds() -> None:
 )
 @pytest.mark.parametrize("window", [None, 1, 5, 16, 17, 33])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("block_size", [8, 16, 32])
 def test_matches_reference(
-    heads: int, kv_heads: int, dim: int, window: int | None, dtype: torch.dtype
+    heads: int, kv_heads: int, dim: int, window: int | None, dtype: torch.dtype,
+    block_size: int,
 ) -> None:
     """window: a sliding-window layer's last-W keys, starting mid-block or on a boundary,
     shorter and longer than the sequences. A bf16 cache is computed in fp32: the reference
-    runs in fp32 on the same bf16 values."""
+    runs in fp32 on the same bf16 values. Blocks of 8, 16 and 32 keys (scores are summed 16
+    keys at a time, never across a block)."""
     gen = torch.Generator().manual_seed(0)
-    batch, block_size, num_blocks = 7, 16, 64
+    batch, num_blocks = 7, 7 * 14
     lens = torch.tensor([1, 5, 16, 17, 40, 63, 100], dtype=torch.int32)
     key_cache = torch.randn(num_blocks, block_size, kv_heads, dim, generator=gen)
     value_cache = torch.randn(num_blocks, block_size, kv_heads, dim, generator=gen)
     # Shuffled physical blocks, so the block table really is followed.
-    tables = torch.randperm(num_blocks, generator=gen)[: batch * 7].view(batch, 7).int()
+    per_seq = num_blocks // batch
+    tables = torch.randperm(num_blocks, generator=gen).view(batch, per_seq).int()
     query = torch.randn(batch, heads, dim, generator=gen)
     meta = AttentionMetadata(
         slot_mapping=torch.full((batch,), -1, dtype=torch.long),
@@ -117,3 +121,49 @@ def test_prefill_refuses_rows_out_of_range() -> None:
         with pytest.raises(RuntimeError, match="out of range"):
             cpu_paged_decode.paged_prefill(query, key_cache, value_cache, meta.block_tables,
                                            torch.tensor([bad]), 0.1, None, out)
+
+
+def test_decode_reads_a_strided_query() -> None:
+    """q as the model passes it, a view of the fused qkv rows: the same bits as a copy."""
+    gen = torch.Generator().manual_seed(5)
+    meta = build_metadata([(1, 30), (1, 70), (1, 5)], 16, 32, "cpu", gen)
+    for dtype in (torch.float32, torch.bfloat16):
+        key_cache, value_cache = random_kv_cache(32, 16, 3, 64, dtype, "cpu", gen)
+        qkv = torch.randn(3, 9 * 64 + 2 * 3 * 64, generator=gen).to(dtype)
+        query = qkv[:, : 9 * 64].view(3, 9, 64)
+        assert not query.is_contiguous()
+        args = (key_cache, value_cache, meta.block_tables, meta.seq_lens, 0.125)
+        strided = cpu_paged_decode.paged_decode(query, *args)
+        assert torch.equal(strided, cpu_paged_decode.paged_decode(query.contiguous(), *args))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_write_kv_matches_index_copy(dtype: torch.dtype) -> None:
+    """Rows land at their slots (k and v as views of the fused qkv rows), a negative slot
+    (a padded row) writes nothing, and every other slot keeps its bits."""
+    gen = torch.Generator().manual_seed(6)
+    key_cache, value_cache = random_kv_cache(8, 16, 3, 64, dtype, "cpu", gen)
+    want_k, want_v = key_cache.clone(), value_cache.clone()
+    qkv = torch.randn(300, 960, generator=gen).to(dtype)  # 300 rows: more than one thread's
+    key, value = qkv[:, 576:768].view(300, 3, 64), qkv[:, 768:].view(300, 3, 64)
+    slots = torch.randperm(8 * 16, generator=gen)[:100].repeat(3)[:300]
+    slots[100:] = -1
+    slots[:5] = -1
+    cpu_paged_decode.write_kv(key, value, key_cache, value_cache, slots)
+    keep = slots >= 0
+    want_k.view(-1, 3, 64).index_copy_(0, slots[keep], key[keep])
+    want_v.view(-1, 3, 64).index_copy_(0, slots[keep], value[keep])
+    assert torch.equal(key_cache, want_k) and torch.equal(value_cache, want_v)
+
+
+def test_write_kv_refuses_bad_input() -> None:
+    key_cache, value_cache = random_kv_cache(2, 16, 1, 32, torch.float32, "cpu")
+    key = torch.randn(2, 1, 32)
+    slots = torch.tensor([0, 32])
+    with pytest.raises(RuntimeError, match="slot 32 past the cache's 32"):
+        cpu_paged_decode.write_kv(key, key, key_cache, value_cache, slots)
+    with pytest.raises(RuntimeError, match="one dtype"):
+        cpu_paged_decode.write_kv(key.bfloat16(), key.bfloat16(), key_cache, value_cache,
+                                  torch.tensor([0, 1]))
+    with pytest.raises(RuntimeError, match="int64 slots, one per row"):
+        cpu_paged_decode.write_kv(key, key, key_cache, value_cache, torch.tensor([0, 1]).int())

@@ -133,6 +133,9 @@ class TorchAttentionBackend:
         value_cache: torch.Tensor,
         slot_mapping: torch.Tensor,
     ) -> None:
+        if self._use_kernel(key, key_cache):
+            cpu_paged_decode.write_kv(key, value, key_cache, value_cache, slot_mapping)
+            return
         if slot_mapping is not self._slots:
             self._slots, self._all_slots_valid = slot_mapping, bool((slot_mapping >= 0).all())
         if not self._all_slots_valid:

@@ -1,5 +1,6 @@
 """The CPU paged attention kernels (csrc/paged_decode_cpu.cpp), built on first use: decode (one
-query row per sequence) and prefill (many rows of a sequence, a prompt or a chunk of one).
+query row per sequence), prefill (many rows of a sequence, a prompt or a chunk of one), and
+the write of a step's keys and values into the cache.
 
 Compiled once with torch's C++ extension tooling into a cache folder; where no compiler is
 available the torch backend keeps its gather-based path (same results, slower).
@@ -36,6 +37,20 @@ def paged_decode(
     return module.paged_decode(
         query, key_cache, value_cache, block_tables, seq_lens, scale, window or 0
     )
+
+
+def write_kv(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> None:
+    """key, value [T, Hkv, D] into the caches [blocks, block_size, Hkv, D] at the flat slots
+    [T] int64 (block * block_size + offset); rows with a negative slot are skipped."""
+    module = load()
+    assert module is not None
+    module.write_kv(key, value, key_cache, value_cache, slot_mapping)
 
 
 def paged_prefill(

@@ -23,7 +23,17 @@ using namespace hybridllm_cpu;
 
 // Softmax numerator in place: s[t] = exp(s[t] - max(s)). Returns 1 / sum, the normalizer.
 inline float exp_shifted(float* s, int64_t len) {
-  const float mx = *std::max_element(s, s + len);
+  // max_element is a scalar loop (it returns a position): a lane-wise max instead.
+  const vec16 ninf = vec16{} - std::numeric_limits<float>::infinity();
+  vec16 lanes = ninf;
+  int64_t i = 0;
+  for (; i + kLanes <= len; i += kLanes) {
+    const vec16 v = load16(s + i);
+    lanes = v > lanes ? v : lanes;
+  }
+  for (; i < len; ++i) lanes[0] = s[i] > lanes[0] ? s[i] : lanes[0];
+  float mx = lanes[0];
+  for (int j = 1; j < kLanes; ++j) mx = lanes[j] > mx ? lanes[j] : mx;
   float sum = 0.f;
   for (int64_t t = 0; t < len; ++t) {
     s[t] = exp_clamped(s[t] - mx);
@@ -139,11 +149,21 @@ void decode_vec(const float* q, const T* kc, const T* vc, const int32_t* table,
   const int64_t heads = num_kv * G, token_stride = num_kv * dim, cnt = len - first;
   scores.resize(heads * cnt + heads);
   float* inv = scores.data() + heads * cnt;
+  // Up to 16 keys at a time (never across a block): each head's 16 partial-sum vectors are
+  // parked in `part`, then summed by one hsum16 into a vector of 16 scores.
+  thread_local std::vector<vec16> part;
+  part.resize(heads * kLanes);
   for (int64_t t = first; t < len;) {
     const int64_t blk = t / block_size, off = t % block_size;
-    const int64_t n = std::min(block_size - off, len - t);
+    const int64_t n = std::min({block_size - off, len - t, kLanes});
     const T* row = kc + (int64_t(table[blk]) * block_size + off) * token_stride;
+    // The same rows of the next block (blocks are scattered: the hardware prefetcher cannot
+    // guess it), fetched while this chunk is computed.
+    const T* ahead = t - off + block_size < len
+        ? kc + (int64_t(table[blk + 1]) * block_size + off) * token_stride
+        : nullptr;
     for (int64_t j = 0; j < n; ++j, row += token_stride) {
+      if (ahead != nullptr) prefetch_row(ahead + j * token_stride, token_stride);
       for (int64_t h = 0; h < num_kv; ++h) {
         const float* qh = q + h * G * dim;
         vec16 acc[G] = {};
@@ -151,9 +171,12 @@ void decode_vec(const float* q, const T* kc, const T* vc, const int32_t* table,
           const vec16 k = load16(row + h * dim + c * 16);
           for (int g = 0; g < G; ++g) acc[g] += load16(qh + g * dim + c * 16) * k;
         }
-        float* dst = scores.data() + h * G * cnt + (t - first) + j;
-        for (int g = 0; g < G; ++g) dst[g * cnt] = hsum(acc[g]) * scale;
+        for (int g = 0; g < G; ++g) part[(h * G + g) * kLanes + j] = acc[g];
       }
+    }
+    for (int64_t r = 0; r < heads; ++r) {
+      // Lanes past n hold stale sums: computed, never stored.
+      store16(scores.data() + r * cnt + (t - first), hsum16(&part[r * kLanes]) * scale, n);
     }
     t += n;
   }
@@ -240,20 +263,24 @@ DecodeFn<T> pick(int64_t group, int64_t dim) {
   }
 }
 
+// Each sequence's query row is widened into an fp32 scratch row and its output rounded back
+// to T from one: no fp32 copies of the whole query and output per layer.
 template <typename T>
-void decode_all(const float* q, const T* kc, const T* vc, const int32_t* tables,
+void decode_all(const T* q, int64_t q_stride, const T* kc, const T* vc, const int32_t* tables,
                 const int32_t* lens, int64_t batch, int64_t heads, int64_t dim,
                 int64_t block_size, int64_t num_kv, int64_t max_blocks, double scale,
-                int64_t window, float* o) {
-  const int64_t group = heads / num_kv;
+                int64_t window, T* o) {
+  const int64_t group = heads / num_kv, width = heads * dim;
   const DecodeFn<T> decode_one_seq = pick<T>(group, dim);
   at::parallel_for(0, batch, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores;
+    std::vector<float> scores, q32(width), o32(width);
     for (int64_t i = begin; i < end; ++i) {
       const int64_t len = lens[i];
       const int64_t first = window > 0 ? std::max<int64_t>(0, len - window) : 0;
-      decode_one_seq(q + i * heads * dim, kc, vc, tables + i * max_blocks, first, len,
-                     block_size, num_kv, group, dim, float(scale), o + i * heads * dim, scores);
+      over_lanes(width, [&](int64_t j, auto m) { store16(q32.data() + j, load16(q + i * q_stride + j, m), m); });
+      decode_one_seq(q32.data(), kc, vc, tables + i * max_blocks, first, len, block_size,
+                     num_kv, group, dim, float(scale), o32.data(), scores);
+      over_lanes(width, [&](int64_t j, auto m) { store16(o + i * width + j, load16(o32.data() + j, m), m); });
     }
   });
 }
@@ -486,29 +513,74 @@ torch::Tensor paged_decode(torch::Tensor query, torch::Tensor key_cache, torch::
               "paged_decode: contiguous caches");
   TORCH_CHECK(block_tables.dtype() == torch::kInt32 && seq_lens.dtype() == torch::kInt32,
               "paged_decode: int32 block tables and seq_lens");
-  auto q32 = query.to(torch::kFloat32).contiguous();
+  TORCH_CHECK(query.dim() == 3, "paged_decode: query [B, H, D]");
+  // Rows may be strided (q is a view of the fused qkv projection); heads x dim contiguous.
+  if (query.stride(2) != 1 || query.stride(1) != query.size(2)) query = query.contiguous();
   block_tables = block_tables.contiguous();
   seq_lens = seq_lens.contiguous();
-  const int64_t batch = q32.size(0), heads = q32.size(1), dim = q32.size(2);
+  const int64_t batch = query.size(0), heads = query.size(1), dim = query.size(2);
   const int64_t block_size = key_cache.size(1), num_kv = key_cache.size(2);
   const int64_t max_blocks = block_tables.size(1);
-  auto out = torch::empty_like(q32);
-  const float* q = q32.data_ptr<float>();
+  auto out = torch::empty({batch, heads, dim}, query.options());
   const int32_t* tables = block_tables.data_ptr<int32_t>();
   const int32_t* lens = seq_lens.data_ptr<int32_t>();
-  float* o = out.data_ptr<float>();
   if (dtype == torch::kFloat32) {
-    decode_all<float>(q, key_cache.data_ptr<float>(), value_cache.data_ptr<float>(), tables,
-                      lens, batch, heads, dim, block_size, num_kv, max_blocks, scale, window, o);
+    decode_all<float>(query.data_ptr<float>(), query.stride(0), key_cache.data_ptr<float>(),
+                      value_cache.data_ptr<float>(), tables, lens, batch, heads, dim,
+                      block_size, num_kv, max_blocks, scale, window, out.data_ptr<float>());
   } else {
-    decode_all<c10::BFloat16>(q, key_cache.data_ptr<c10::BFloat16>(),
+    decode_all<c10::BFloat16>(query.data_ptr<c10::BFloat16>(), query.stride(0),
+                              key_cache.data_ptr<c10::BFloat16>(),
                               value_cache.data_ptr<c10::BFloat16>(), tables, lens, batch, heads,
-                              dim, block_size, num_kv, max_blocks, scale, window, o);
+                              dim, block_size, num_kv, max_blocks, scale, window,
+                              out.data_ptr<c10::BFloat16>());
   }
-  return dtype == torch::kFloat32 ? out : out.to(dtype);
+  return out;
+}
+
+// key, value [T, Hkv, D] (rows may be strided; heads x dim contiguous) into the caches
+// [blocks, block_size, Hkv, D] at flat slots [T] int64 (block * block_size + offset); a
+// negative slot (a padded row) is skipped. One copy of each row (index_copy_ cost 20 us a
+// call for a 64-row decode batch, most of it dispatch).
+void write_kv(torch::Tensor key, torch::Tensor value, torch::Tensor key_cache,
+              torch::Tensor value_cache, torch::Tensor slots) {
+  TORCH_CHECK(key.dim() == 3 && value.sizes() == key.sizes(), "write_kv: key, value [T, Hkv, D]");
+  TORCH_CHECK(key_cache.is_contiguous() && value_cache.is_contiguous() &&
+                  key_cache.sizes() == value_cache.sizes() && key_cache.dim() == 4 &&
+                  key_cache.size(2) == key.size(1) && key_cache.size(3) == key.size(2),
+              "write_kv: caches [blocks, block_size, Hkv, D] matching the keys");
+  TORCH_CHECK(key.scalar_type() == key_cache.scalar_type() &&
+                  value.scalar_type() == key_cache.scalar_type() &&
+                  value_cache.scalar_type() == key_cache.scalar_type(),
+              "write_kv: keys, values and caches of one dtype");
+  TORCH_CHECK(slots.dtype() == torch::kInt64 && slots.dim() == 1 && slots.size(0) == key.size(0),
+              "write_kv: int64 slots, one per row");
+  for (auto* t : {&key, &value}) {
+    if (t->stride(2) != 1 || t->stride(1) != t->size(2)) *t = t->contiguous();
+  }
+  slots = slots.contiguous();
+  const int64_t rows = key.size(0), width = key.size(1) * key.size(2);
+  const int64_t capacity = key_cache.size(0) * key_cache.size(1);
+  const int64_t bytes = width * key.element_size();
+  const int64_t* slot = slots.data_ptr<int64_t>();
+  for (int64_t i = 0; i < rows; ++i)
+    TORCH_CHECK(slot[i] < capacity, "write_kv: slot ", slot[i], " past the cache's ", capacity);
+  const auto* k = static_cast<const char*>(key.data_ptr());
+  const auto* v = static_cast<const char*>(value.data_ptr());
+  auto* kc = static_cast<char*>(key_cache.data_ptr());
+  auto* vc = static_cast<char*>(value_cache.data_ptr());
+  const int64_t ks = key.stride(0) * key.element_size(), vs = value.stride(0) * value.element_size();
+  at::parallel_for(0, rows, 256, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      if (slot[i] < 0) continue;
+      std::memcpy(kc + slot[i] * bytes, k + i * ks, bytes);
+      std::memcpy(vc + slot[i] * bytes, v + i * vs, bytes);
+    }
+  });
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("paged_decode", &paged_decode, "Paged decode attention on CPU (float32 or bfloat16 cache)");
   m.def("paged_prefill", &paged_prefill, "Paged causal attention of prompt rows on CPU");
+  m.def("write_kv", &write_kv, "Copy key and value rows into the paged caches at their slots");
 }
