@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from hybridllm.kernels import sampler_cpu
 from hybridllm.outputs import LogprobsDict
 from hybridllm.sampling import processors
 from hybridllm.sequence import Sequence
@@ -31,7 +32,7 @@ class Sampler:
             # Nothing to change in the logits and nothing to report but the argmax: skip the
             # copy of the [rows, vocab] logits that processing works on.
             n = len(seqs)
-            return SamplerOutput(logits.argmax(dim=-1).tolist(), [None] * n, [None] * n)
+            return SamplerOutput(sampler_cpu.argmax_rows(logits).tolist(), [None] * n, [None] * n)
         want_lp = [s.params.logprobs is not None for s in seqs]
         raw_logprobs = logits.log_softmax(dim=-1) if any(want_lp) else None
         logits = self._process(logits.clone(), seqs)
