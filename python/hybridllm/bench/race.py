@@ -82,6 +82,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-model-len", type=int, default=2048)
     p.add_argument("--max-num-seqs", type=int, default=256)
     p.add_argument(
+        "--hybridllm-args",
+        default="",
+        help="More `hybridllm serve` flags, one shell-quoted string (a setting under trial, "
+        "e.g. '--max-num-batched-tokens 512'); vLLM keeps its defaults.",
+    )
+    p.add_argument(
         "--threads",
         type=int,
         default=os.cpu_count() or 1,
@@ -300,6 +306,7 @@ def hybridllm_flags(args: argparse.Namespace, folder: str, name: str) -> list[st
     return [
         "--model", folder, *common_flags(args, name),
         "--kv-cache-memory", str(args.kv_cache_gib << 30),
+        *shlex.split(args.hybridllm_args),
     ]  # fmt: skip
 
 
