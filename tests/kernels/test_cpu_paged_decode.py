@@ -17,12 +17,13 @@ def test_kernel_builds() -> None:
     assert cpu_paged_decode.load() is not None
 
 
-# The vectorized path (head_dim 32 / 64 / 128 / 256 with 1, 2, 3, 4 or 8 query heads per kv head)
-# and the generic one (any other head_dim or grouping).
+# The vectorized path (head_dim 32 / 64 / 128 / 256 with 1, 2, 3, 4 or 8 query heads per kv head),
+# in bf16 on an AVX512_BF16 CPU the dot-product path (head_dim 32 / 64 with up to 4 query heads
+# per kv head, 128 with up to 2), and the generic one (any other head_dim or grouping).
 @pytest.mark.parametrize(
     "heads, kv_heads, dim",
-    [(9, 3, 64), (4, 4, 32), (8, 4, 64), (8, 2, 128), (8, 1, 128), (4, 1, 256), (6, 2, 24),
-     (5, 1, 32)],
+    [(9, 3, 64), (4, 4, 32), (8, 4, 64), (4, 2, 128), (8, 2, 128), (8, 1, 128), (4, 1, 256),
+     (6, 2, 24), (5, 1, 32)],
 )
 @pytest.mark.parametrize("window", [None, 1, 5, 16, 17, 33])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -17,6 +17,10 @@
 
 #include "cpu_vec.h"
 
+#if defined(__AVX512BF16__) && defined(__AVX512BW__)
+#include <immintrin.h>
+#endif
+
 namespace {
 
 using namespace hybridllm_cpu;
@@ -34,10 +38,17 @@ inline float exp_shifted(float* s, int64_t len) {
   for (; i < len; ++i) lanes[0] = s[i] > lanes[0] ? s[i] : lanes[0];
   float mx = lanes[0];
   for (int j = 1; j < kLanes; ++j) mx = lanes[j] > mx ? lanes[j] : mx;
-  float sum = 0.f;
-  for (int64_t t = 0; t < len; ++t) {
-    s[t] = exp_clamped(s[t] - mx);
-    sum += s[t];
+  // 16 lanes at a time.
+  vec16 lane_sums = {};
+  for (i = 0; i + kLanes <= len; i += kLanes) {
+    const vec16 e = exp16(load16(s + i) - mx);
+    store16(s + i, e);
+    lane_sums += e;
+  }
+  float sum = hsum(lane_sums);
+  for (; i < len; ++i) {
+    s[i] = exp_clamped(s[i] - mx);
+    sum += s[i];
   }
   return 1.f / sum;
 }
@@ -228,6 +239,115 @@ void decode_vec(const float* q, const T* kc, const T* vc, const int32_t* table,
     for (int64_t d = 0; d < dim; ++d) out[r * dim + d] *= inv[r];
 }
 
+#if defined(__AVX512BF16__) && defined(__AVX512BW__)
+// ---- bf16 with AVX512_BF16 (vdpbf16ps): decode_vec's work in fewer instructions ----
+// q . k straight from the bf16 query and keys: one instruction takes 32 bf16 pairs (products
+// exact, summed in fp32), where decode_vec widens both to fp32 first (three instructions per
+// 16 keys' values and one multiply-add per 16 products). The scores' sums come in another
+// order than decode_vec's (fp32 roundings apart). A value row is widened by one unpack per 16
+// (bf16 is the top half of an fp32), which leaves each 128-bit lane's dims split between two
+// vectors: the accumulators hold dims in that order, put back once per head at the end.
+// Same products and sums as decode_vec for the weighted values. dim = 32 * NP.
+template <int NP, int G>
+void decode_dp(const c10::BFloat16* q, const c10::BFloat16* kc, const c10::BFloat16* vc,
+               const int32_t* table, int64_t first, int64_t len, int64_t block_size,
+               int64_t num_kv, float scale, float* out, std::vector<float>& scores) {
+  constexpr int64_t dim = NP * 32;
+  const int64_t heads = num_kv * G, token_stride = num_kv * dim, cnt = len - first;
+  scores.resize(heads * cnt + heads);
+  float* inv = scores.data() + heads * cnt;
+  thread_local std::vector<vec16> part;
+  part.resize(heads * kLanes);
+  for (int64_t t = first; t < len;) {
+    const int64_t blk = t / block_size, off = t % block_size;
+    const int64_t n = std::min({block_size - off, len - t, kLanes});
+    const int64_t slot = int64_t(table[blk]) * block_size + off;
+    const c10::BFloat16* row = kc + slot * token_stride;
+    const c10::BFloat16* vrow = vc + slot * token_stride;
+    for (int64_t j = 0; j < n; ++j, row += token_stride, vrow += token_stride) {
+      // This key's values, read after all keys: fetched now, in cache by then.
+      prefetch_row(vrow, token_stride);
+      for (int64_t h = 0; h < num_kv; ++h) {
+        const c10::BFloat16* qh = q + h * G * dim;
+        __m512 acc[G];
+        for (int g = 0; g < G; ++g) acc[g] = _mm512_setzero_ps();
+        for (int c = 0; c < NP; ++c) {
+          const __m512bh k = (__m512bh)_mm512_loadu_si512(row + h * dim + c * 32);
+          for (int g = 0; g < G; ++g)
+            acc[g] = _mm512_dpbf16_ps(
+                acc[g], (__m512bh)_mm512_loadu_si512(qh + g * dim + c * 32), k);
+        }
+        for (int g = 0; g < G; ++g) part[(h * G + g) * kLanes + j] = (vec16)acc[g];
+      }
+    }
+    for (int64_t r = 0; r < heads; ++r)
+      store16(scores.data() + r * cnt + (t - first), hsum16(&part[r * kLanes]) * scale, n);
+    t += n;
+  }
+  for (int64_t r = 0; r < heads; ++r) inv[r] = exp_shifted(scores.data() + r * cnt, cnt);
+  const __m512i zero = _mm512_setzero_si512();
+  // Lane i of the unpacked low / high vector holds dim 8 (i / 4) + i % 4 (+ 4 for high).
+  const __m512i first16 = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+  const __m512i second16 = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+  for (int64_t h = 0; h < num_kv; ++h) {
+    __m512 acc[G][2 * NP];
+    for (int g = 0; g < G; ++g)
+      for (int c = 0; c < 2 * NP; ++c) acc[g][c] = _mm512_setzero_ps();
+    const float* p = scores.data() + h * G * cnt - first;
+    for (int64_t t = first; t < len;) {
+      const int64_t blk = t / block_size, off = t % block_size;
+      const int64_t n = std::min(block_size - off, len - t);
+      const c10::BFloat16* row = vc + (int64_t(table[blk]) * block_size + off) * token_stride + h * dim;
+      for (int64_t j = 0; j < n; ++j, row += token_stride) {
+        for (int c = 0; c < NP; ++c) {
+          const __m512i v = _mm512_loadu_si512(row + c * 32);
+          const __m512 lo = _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, v));
+          const __m512 hi = _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, v));
+          for (int g = 0; g < G; ++g) {
+            const __m512 w = _mm512_set1_ps(p[g * cnt + t + j]);
+            acc[g][2 * c] = _mm512_fmadd_ps(w, lo, acc[g][2 * c]);
+            acc[g][2 * c + 1] = _mm512_fmadd_ps(w, hi, acc[g][2 * c + 1]);
+          }
+        }
+      }
+      t += n;
+    }
+    for (int g = 0; g < G; ++g) {
+      const __m512 norm = _mm512_set1_ps(inv[h * G + g]);
+      float* o = out + (h * G + g) * dim;
+      for (int c = 0; c < NP; ++c) {
+        const __m512 lo = acc[g][2 * c], hi = acc[g][2 * c + 1];
+        _mm512_storeu_ps(o + c * 32, _mm512_mul_ps(_mm512_permutex2var_ps(lo, first16, hi), norm));
+        _mm512_storeu_ps(o + c * 32 + 16, _mm512_mul_ps(_mm512_permutex2var_ps(lo, second16, hi), norm));
+      }
+    }
+  }
+}
+
+using DecodeDpFn = void (*)(const c10::BFloat16*, const c10::BFloat16*, const c10::BFloat16*,
+                            const int32_t*, int64_t, int64_t, int64_t, int64_t, float, float*,
+                            std::vector<float>&);
+
+template <int NP>
+DecodeDpFn pick_dp_group(int64_t group) {
+  switch (group) {
+    case 1: return decode_dp<NP, 1>;
+    case 2: return decode_dp<NP, 2>;
+    case 3: return decode_dp<NP, 3>;
+    case 4: return decode_dp<NP, 4>;
+    default: return nullptr;  // G x 2NP accumulators would not fit the registers
+  }
+}
+
+// decode_dp for this head shape, or nullptr (decode_vec then).
+DecodeDpFn pick_dp(int64_t group, int64_t dim) {
+  if (dim == 32) return pick_dp_group<1>(group);
+  if (dim == 64) return pick_dp_group<2>(group);
+  if (dim == 128 && group <= 2) return pick_dp_group<4>(group);
+  return nullptr;
+}
+#endif
+
 template <typename T>
 using DecodeFn = void (*)(const float*, const T*, const T*, const int32_t*, int64_t, int64_t,
                           int64_t, int64_t, int64_t, int64_t, float, float*,
@@ -272,11 +392,24 @@ void decode_all(const T* q, int64_t q_stride, const T* kc, const T* vc, const in
                 int64_t window, T* o) {
   const int64_t group = heads / num_kv, width = heads * dim;
   const DecodeFn<T> decode_one_seq = pick<T>(group, dim);
+#if defined(__AVX512BF16__) && defined(__AVX512BW__)
+  const DecodeDpFn decode_dp_seq = std::is_same_v<T, c10::BFloat16> ? pick_dp(group, dim) : nullptr;
+#endif
   at::parallel_for(0, batch, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores, q32(width), o32(width);
     for (int64_t i = begin; i < end; ++i) {
       const int64_t len = lens[i];
       const int64_t first = window > 0 ? std::max<int64_t>(0, len - window) : 0;
+#if defined(__AVX512BF16__) && defined(__AVX512BW__)
+      if constexpr (std::is_same_v<T, c10::BFloat16>) {
+        if (decode_dp_seq != nullptr) {
+          decode_dp_seq(q + i * q_stride, kc, vc, tables + i * max_blocks, first, len,
+                        block_size, num_kv, float(scale), o32.data(), scores);
+          over_lanes(width, [&](int64_t j, auto m) { store16(o + i * width + j, load16(o32.data() + j, m), m); });
+          continue;
+        }
+      }
+#endif
       over_lanes(width, [&](int64_t j, auto m) { store16(q32.data() + j, load16(q + i * q_stride + j, m), m); });
       decode_one_seq(q32.data(), kc, vc, tables + i * max_blocks, first, len, block_size,
                      num_kv, group, dim, float(scale), o32.data(), scores);
