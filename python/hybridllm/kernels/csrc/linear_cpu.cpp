@@ -51,7 +51,9 @@ inline vec load(const float* p) {
 template <int R, int P>
 void tile(const float* x, int64_t ldx, const float* wp, int64_t K, const float* bias,
           float* y, int64_t ldy, int64_t cols) {
-  vec acc[R][P] = {};
+  vec acc[R][P];  // zeroed one register at a time (see tile_bf16)
+  for (int r = 0; r < R; ++r)
+    for (int p = 0; p < P; ++p) acc[r][p] = vec{};
   for (int64_t k = 0; k < K; ++k) {
     // The weight is read once, front to back: ask for it well before it is needed so the
     // memory latency overlaps the FMAs (the hardware prefetcher alone left them serial).
@@ -67,12 +69,13 @@ void tile(const float* x, int64_t ldx, const float* wp, int64_t K, const float* 
     for (int p = 0; p < P; ++p) {
       const int64_t n = std::min<int64_t>(kLanes, cols - p * kLanes);
       if (n <= 0) break;
-      float out[kLanes];
-      std::memcpy(out, &acc[r][p], sizeof out);
-      if (bias != nullptr) {
-        for (int64_t j = 0; j < n; ++j) out[j] += bias[p * kLanes + j];
+      vec out = acc[r][p];
+      if (bias != nullptr) out += hybridllm_cpu::load16(bias + p * kLanes, n);
+      if (n == kLanes) {
+        hybridllm_cpu::store16(y + r * ldy + p * kLanes, out);  // whole: one vector store
+      } else {
+        hybridllm_cpu::store16(y + r * ldy + p * kLanes, out, n);
       }
-      std::memcpy(y + r * ldy + p * kLanes, out, n * sizeof(float));
     }
   }
 }
@@ -168,7 +171,10 @@ inline u32v load_u32(const uint32_t* p) {
 template <int R, int P>
 void tile_bf16(const uint32_t* x, int64_t ldx, const uint32_t* wp, int64_t pairs,
                const float* bias, uint16_t* y, int64_t ldy, int64_t cols) {
-  vec acc[R][P] = {};
+  // Zeroed one register at a time: `= {}` on the array compiled to a memset call per tile.
+  vec acc[R][P];
+  for (int r = 0; r < R; ++r)
+    for (int p = 0; p < P; ++p) acc[r][p] = vec{};
   for (int64_t k = 0; k < pairs; ++k) {
     for (int p = 0; p < P; ++p) __builtin_prefetch(wp + (p * pairs + k + kPrefetch) * kLanes);
 #ifdef __AVX512BF16__
@@ -202,12 +208,12 @@ void tile_bf16(const uint32_t* x, int64_t ldx, const uint32_t* wp, int64_t pairs
       const int64_t n = std::min<int64_t>(kLanes, cols - p * kLanes);
       if (n <= 0) break;
       vec out = acc[r][p];
-      if (bias != nullptr) {
-        float b[kLanes] = {};
-        std::memcpy(b, bias + p * kLanes, n * sizeof(float));
-        out += load(b);
+      if (bias != nullptr) out += hybridllm_cpu::load16(bias + p * kLanes, n);
+      if (n == kLanes) {
+        store16(y + r * ldy + p * kLanes, out);  // whole: one vector store
+      } else {
+        store16(y + r * ldy + p * kLanes, out, n);
       }
-      store16(y + r * ldy + p * kLanes, out, n);
     }
   }
 }
