@@ -9,6 +9,7 @@ tests compare against.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
 from types import ModuleType
 
@@ -43,6 +44,14 @@ def pack(weight: torch.Tensor) -> torch.Tensor:
     assert module is not None
     weight = weight.detach().contiguous()
     return module.pack_bf16(weight) if weight.dtype == torch.bfloat16 else module.pack(weight)
+
+
+def kernel_for(dtype: torch.dtype) -> Callable[..., torch.Tensor]:
+    """The built kernel `linear` calls for x of this dtype, for a caller that makes many calls
+    (the Python wrapper costs about as much as a one-row call's dispatch)."""
+    module = load()
+    assert module is not None
+    return module.linear_bf16 if dtype == torch.bfloat16 else module.linear
 
 
 def linear(x: torch.Tensor, panels: torch.Tensor, out_features: int,

@@ -67,12 +67,25 @@ class PackedLinear(nn.Module):
         # An opaque oneDNN tensor: a plain attribute, not a parameter or buffer, so module
         # utilities (state_dict, .to) never see it. None where the panels take every call.
         self.packed = None if self.panel_rows == ALL_ROWS else weight.detach().to_mkldnn()
+        # The panel kernel itself, called without the wrapper (see forward).
+        self._panel_kernel = (
+            linear_cpu.kernel_for(weight.dtype) if self.panels is not None else None
+        )
 
     def _rows(self, x: torch.Tensor) -> torch.Tensor:  # 2-D, contiguous
         x2 = x.reshape(-1, self.in_features)
         return x2 if x2.is_contiguous() else x2.contiguous()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # The decoder's calls (2-D contiguous rows, panels taking them) straight to the kernel:
+        # a decode step makes 121 of them, and the general path below cost ~3 us a call.
+        if (
+            self._panel_kernel is not None
+            and x.dim() == 2
+            and x.is_contiguous()
+            and (self.packed is None or x.shape[0] <= self.panel_rows)
+        ):
+            return self._panel_kernel(x, self.panels, self.out_features, self.bias)
         rows = self._rows(x)
         if self.panels is not None and (
             self.packed is None or rows.shape[0] <= self.panel_rows

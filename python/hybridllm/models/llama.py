@@ -3,6 +3,8 @@ and Qwen3 (models/qwen3.py) as subclasses that change how attention is built.
 
 forward() takes a flat batch of tokens from many sequences (prompt chunks and decode tokens
 mixed) and returns hidden states; compute_logits() runs the LM head only on the rows asked for.
+Inside forward, submodules are called through `.forward`: nn.Module.__call__ (hook handling,
+none used here) cost ~2 us a call, ~210 calls a decode step.
 
 Under tensor parallelism (a TensorParallelGroup of world size T) each rank holds 1/T of the
 attention heads and KV heads (column-parallel qkv), of the MLP columns (column-parallel
@@ -77,7 +79,7 @@ class LlamaAttention(nn.Module):
         backend: AttentionBackend,
         ops: LayerOps,
     ) -> torch.Tensor:
-        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q, k, v = self.qkv_proj.forward(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q, k = self.before_rotary(
             q.view(-1, self.num_heads, self.head_dim),
             k.view(-1, self.num_kv_heads, self.head_dim),
@@ -92,7 +94,7 @@ class LlamaAttention(nn.Module):
         out = backend.forward(
             q, key_cache, value_cache, meta, self.scale, key=k, value=v, window=self.window
         )
-        return self.tp.all_reduce(self.o_proj(out.reshape(-1, self.q_size)))
+        return self.tp.all_reduce(self.o_proj.forward(out.reshape(-1, self.q_size)))
 
 
 class LlamaMLP(nn.Module):
@@ -104,7 +106,8 @@ class LlamaMLP(nn.Module):
         self.down_proj = nn.Linear(inter, cfg.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor, ops: LayerOps) -> torch.Tensor:
-        return self.tp.all_reduce(self.down_proj(ops.silu_and_mul(self.gate_up_proj(x))))
+        gate_up = self.gate_up_proj.forward(x)
+        return self.tp.all_reduce(self.down_proj.forward(ops.silu_and_mul(gate_up)))
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -134,9 +137,9 @@ class LlamaDecoderLayer(nn.Module):
             h = ops.rms_norm(x, self.input_layernorm, self.eps)
         else:
             h, residual = ops.add_rms_norm(x, residual, self.input_layernorm, self.eps)
-        h = self.self_attn(h, positions, cos_sin, kv_cache, meta, backend, ops)
+        h = self.self_attn.forward(h, positions, cos_sin, kv_cache, meta, backend, ops)
         h, residual = ops.add_rms_norm(h, residual, self.post_attention_layernorm, self.eps)
-        return self.mlp(h, ops), residual
+        return self.mlp.forward(h, ops), residual
 
 
 class LlamaForCausalLM(nn.Module):
@@ -204,7 +207,7 @@ class LlamaForCausalLM(nn.Module):
         x = self.embed_tokens(input_ids)
         residual = None
         for layer, kv_cache in zip(self.layers, kv_caches):
-            x, residual = layer(
+            x, residual = layer.forward(
                 x, residual, positions, self.cos_sin, kv_cache, meta, backend, self.ops
             )
         x, _ = self.ops.add_rms_norm(x, residual, self.norm, self.cfg.rms_norm_eps)
