@@ -58,11 +58,7 @@ def linear(x: torch.Tensor, panels: torch.Tensor, out_features: int,
            bias: torch.Tensor | None) -> torch.Tensor:
     """x [M, K] contiguous, the panels' dtype -> x W^T (+ bias) [M, out_features], summed in
     fp32 (bf16: rounded once at the end)."""
-    module = load()
-    assert module is not None
-    if x.dtype == torch.bfloat16:
-        return module.linear_bf16(x, panels, out_features, bias)
-    return module.linear(x, panels, out_features, bias)
+    return kernel_for(x.dtype)(x, panels, out_features, bias)
 
 
 def unpack(panels: torch.Tensor, out_features: int, in_features: int) -> torch.Tensor:
