@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from hybridllm.kernels import linear_cpu
-from hybridllm.models.cpu_linear import PANEL_ROWS, PackedLinear, decoder_panel_rows
+from hybridllm.models.cpu_linear import ALL_ROWS, PANEL_ROWS, PackedLinear, decoder_panel_rows
 
 
 def test_kernel_builds() -> None:
@@ -121,20 +121,21 @@ def test_packed_linear_takes_small_calls_through_the_panels() -> None:
     assert PackedLinear(weight, bias).panels is None  # panel_rows 0: oneDNN only
 
 
-def test_bf16_decoder_linear_takes_every_call_through_the_panels() -> None:
-    """A bf16 decoder's PackedLinear keeps no oneDNN copy: every row count gets the panel
-    kernel's bits."""
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_decoder_linear_takes_every_call_through_the_panels(dtype: torch.dtype) -> None:
+    """A decoder's PackedLinear keeps no oneDNN copy, in either dtype: every row count (a
+    decode batch, a prefill chunk past PANEL_ROWS) gets the panel kernel's bits."""
     gen = torch.Generator().manual_seed(3)
-    weight = torch.randn(96, 64, generator=gen).bfloat16()
-    bias = torch.randn(96, generator=gen).bfloat16()
-    layer = PackedLinear(weight, bias, decoder_panel_rows(torch.bfloat16))
+    weight = torch.randn(96, 64, generator=gen).to(dtype)
+    bias = torch.randn(96, generator=gen).to(dtype)
+    assert decoder_panel_rows(dtype) == ALL_ROWS
+    layer = PackedLinear(weight, bias, decoder_panel_rows(dtype))
     assert layer.packed is None and layer.panels is not None
     for rows in (1, PANEL_ROWS, 300):
-        x = torch.randn(rows, 64, generator=gen).bfloat16()
+        x = torch.randn(rows, 64, generator=gen).to(dtype)
         out = layer(x)
-        assert out.dtype == torch.bfloat16 and out.shape == (rows, 96)
+        assert out.dtype == dtype and out.shape == (rows, 96)
         assert torch.equal(out, linear_cpu.linear(x, layer.panels, 96, bias))
-    assert decoder_panel_rows(torch.float32) == PANEL_ROWS
 
 
 # The kernel as other CPUs build it: without AVX512_BF16 (bf16 pairs widened to fp32 and

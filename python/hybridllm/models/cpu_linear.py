@@ -8,14 +8,17 @@ on a Zen 4 CPU. Same fp32 arithmetic, another summation order: outputs differ fr
 a few ulps.
 
 oneDNN's algorithms for a few rows (decode steps; 1 + k rows per sequence when speculating)
-cost up to 2x what one row costs. A decoder's linears therefore also keep the weight in the
-column panels of `kernels/linear_cpu` and take calls of up to `PANEL_ROWS` rows there: the
-weight streamed once, and a row's result the same bits whatever the batch holds. That is a
-second copy of the weights (the default model: +540 MB in fp32), the price of both paths.
+cost up to 2x what one row costs. A decoder's linears therefore keep the weight in the column
+panels of `kernels/linear_cpu` instead: the weight streamed once, and a row's result the same
+bits whatever the batch holds. In bf16 the panels hold k pairs that AVX512_BF16's
+dot-product instruction takes whole, summed in fp32.
 
-In bf16 (where oneDNN has bf16 kernels for this CPU) the panels hold k pairs that
-AVX512_BF16's dot-product instruction takes whole, summed in fp32; they measured faster than
-oneDNN at every row count (1 to 2,048), so a bf16 decoder keeps the panels only.
+On the 2-core Zen 4 of docs/benchmarks.md the panels now measure at least as fast as oneDNN
+at every row count in both dtypes (fp32, all 121 linears of the default model: 0.79x
+oneDNN's time at 96 and 128 rows, 0.98-1.01x from 256 to 1,024; bf16: faster from 1 to
+2,048), so a decoder keeps the panels only (`decoder_panel_rows`). `panel_rows` still
+splits the calls by size (panels up to N rows, oneDNN above) for a CPU where oneDNN's large
+GEMMs win, e.g. with AMX.
 """
 
 from __future__ import annotations
@@ -26,9 +29,9 @@ from torch import nn
 from hybridllm.kernels import linear_cpu
 from hybridllm.kernels.cpu_memory import HugePageArena
 
-# Calls with at most this many rows go through the panel kernel, larger ones through oneDNN.
-# Measured on a 2-core Zen 4 (all 121 linears of the default model, 2 threads): the panels
-# took 0.66x oneDNN's time at 1 row, 0.54x at 5, 0.57x at 16, 0.80x at 64 (docs/benchmarks.md).
+# A split point for PackedLinear(panel_rows=...): calls of at most this many rows through the
+# panel kernel, larger ones through oneDNN (the panels took 0.66x oneDNN's time at 1 row,
+# 0.54x at 5, 0.57x at 16, 0.80x at 64 on the 2-core Zen 4; docs/benchmarks.md).
 PANEL_ROWS = 64
 # panel_rows for "every call through the panels" (no oneDNN copy of the weight).
 ALL_ROWS = -1
@@ -44,9 +47,12 @@ def available(dtype: torch.dtype) -> bool:
 
 
 def decoder_panel_rows(dtype: torch.dtype) -> int:
-    """A decoder's panel_rows: bf16 all calls (the 2-core Zen 4 of docs/benchmarks.md: 28 to
-    400 GFLOPS against oneDNN's 18 to 370 from 1 to 2,048 rows), fp32 up to PANEL_ROWS."""
-    return ALL_ROWS if dtype == torch.bfloat16 else PANEL_ROWS
+    """A decoder's panel_rows: every call, in both dtypes. bf16: 28 to 400 GFLOPS against
+    oneDNN's 18 to 370 from 1 to 2,048 rows. fp32: a 128-token prefill step 0.77x the time
+    it took with oneDNN above 64 rows (docs/benchmarks.md), and no second copy of the weights
+    (+540 MB for the default model)."""
+    del dtype  # the same answer for both; kept for a CPU where they differ
+    return ALL_ROWS
 
 
 class PackedLinear(nn.Module):
