@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     if not layers:
         print("no panel-packed linears (not on CPU, or the kernel did not build)")
         return 1
-    # A bf16 decoder keeps no oneDNN copy (cpu_linear.ALL_ROWS): one is made here to race.
+    # A decoder keeps no oneDNN copy (cpu_linear.ALL_ROWS): one is made here to race.
     onednn_weights = [
         m.packed if m.packed is not None
         else linear_cpu.unpack(m.panels, m.out_features, m.in_features).contiguous().to_mkldnn()
