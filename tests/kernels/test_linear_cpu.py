@@ -6,7 +6,12 @@ import pytest
 import torch
 
 from hybridllm.kernels import linear_cpu
-from hybridllm.models.cpu_linear import ALL_ROWS, PANEL_ROWS, PackedLinear, decoder_panel_rows
+from hybridllm.models.cpu_linear import (
+    ALL_ROWS,
+    DECODER_PANEL_ROWS,
+    PANEL_ROWS,
+    PackedLinear,
+)
 
 
 def test_kernel_builds() -> None:
@@ -128,8 +133,8 @@ def test_decoder_linear_takes_every_call_through_the_panels(dtype: torch.dtype) 
     gen = torch.Generator().manual_seed(3)
     weight = torch.randn(96, 64, generator=gen).to(dtype)
     bias = torch.randn(96, generator=gen).to(dtype)
-    assert decoder_panel_rows(dtype) == ALL_ROWS
-    layer = PackedLinear(weight, bias, decoder_panel_rows(dtype))
+    assert DECODER_PANEL_ROWS == ALL_ROWS
+    layer = PackedLinear(weight, bias, DECODER_PANEL_ROWS)
     assert layer.packed is None and layer.panels is not None
     for rows in (1, PANEL_ROWS, 300):
         x = torch.randn(rows, 64, generator=gen).to(dtype)

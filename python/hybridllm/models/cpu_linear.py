@@ -16,7 +16,7 @@ dot-product instruction takes whole, summed in fp32.
 On the 2-core Zen 4 of docs/benchmarks.md the panels now measure at least as fast as oneDNN
 at every row count in both dtypes (fp32, all 121 linears of the default model: 0.79x
 oneDNN's time at 96 and 128 rows, 0.98-1.01x from 256 to 1,024; bf16: faster from 1 to
-2,048), so a decoder keeps the panels only (`decoder_panel_rows`). `panel_rows` still
+2,048), so a decoder keeps the panels only (`DECODER_PANEL_ROWS`). `panel_rows` still
 splits the calls by size (panels up to N rows, oneDNN above) for a CPU where oneDNN's large
 GEMMs win, e.g. with AMX.
 """
@@ -35,6 +35,11 @@ from hybridllm.kernels.cpu_memory import HugePageArena
 PANEL_ROWS = 64
 # panel_rows for "every call through the panels" (no oneDNN copy of the weight).
 ALL_ROWS = -1
+# A decoder's panel_rows, in both dtypes. bf16: 28 to 400 GFLOPS against oneDNN's 18 to 370
+# from 1 to 2,048 rows. fp32: a 128-token prefill step 0.77x the time it took with oneDNN
+# above 64 rows (docs/benchmarks.md), and no second copy of the weights (+540 MB for the
+# default model).
+DECODER_PANEL_ROWS = ALL_ROWS
 
 
 def available(dtype: torch.dtype) -> bool:
@@ -44,15 +49,6 @@ def available(dtype: torch.dtype) -> bool:
     if dtype == torch.bfloat16:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     return dtype == torch.float32
-
-
-def decoder_panel_rows(dtype: torch.dtype) -> int:
-    """A decoder's panel_rows: every call, in both dtypes. bf16: 28 to 400 GFLOPS against
-    oneDNN's 18 to 370 from 1 to 2,048 rows. fp32: a 128-token prefill step 0.77x the time
-    it took with oneDNN above 64 rows (docs/benchmarks.md), and no second copy of the weights
-    (+540 MB for the default model)."""
-    del dtype  # the same answer for both; kept for a CPU where they differ
-    return ALL_ROWS
 
 
 class PackedLinear(nn.Module):

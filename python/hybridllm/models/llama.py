@@ -25,7 +25,7 @@ from hybridllm.attention import AttentionBackend
 from hybridllm.distributed.parallel_state import SINGLE, TensorParallelGroup
 from hybridllm.models import layers
 from hybridllm.models.config import LlamaConfig
-from hybridllm.models.cpu_linear import PackedLinear, decoder_panel_rows, pack_linears
+from hybridllm.models.cpu_linear import DECODER_PANEL_ROWS, PackedLinear, pack_linears
 from hybridllm.models.layers import LayerOps
 from hybridllm.step_types import AttentionMetadata
 
@@ -189,12 +189,11 @@ class LlamaForCausalLM(nn.Module):
         self.ops = ops
 
     def pack_for_cpu(self) -> None:
-        """Every projection and the LM head through packed weights (after loading): the panel
-        kernel's for decode-sized calls (bf16: all calls), oneDNN's for the others."""
+        """Every projection and the LM head through the panel kernel's packed weights (after
+        loading), every call in both dtypes (cpu_linear.DECODER_PANEL_ROWS)."""
         weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        rows = decoder_panel_rows(self.dtype)
-        self.packed_lm_head = PackedLinear(weight, None, rows)
-        pack_linears(self.layers, rows)
+        self.packed_lm_head = PackedLinear(weight, None, DECODER_PANEL_ROWS)
+        pack_linears(self.layers, DECODER_PANEL_ROWS)
 
     def forward(
         self,
