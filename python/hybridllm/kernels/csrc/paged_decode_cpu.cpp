@@ -383,6 +383,10 @@ DecodeFn<T> pick(int64_t group, int64_t dim) {
   }
 }
 
+// A sequence's fixed cost in decode_all's split, in keys' worth of work (query and output
+// rows, the softmax's passes).
+constexpr int64_t kSeqOverheadKeys = 16;
+
 // Each sequence's query row is widened into an fp32 scratch row and its output rounded back
 // to T from one: no fp32 copies of the whole query and output per layer.
 template <typename T>
@@ -395,9 +399,26 @@ void decode_all(const T* q, int64_t q_stride, const T* kc, const T* vc, const in
 #if defined(__AVX512BF16__) && defined(__AVX512BW__)
   const DecodeDpFn decode_dp_seq = std::is_same_v<T, c10::BFloat16> ? pick_dp(group, dim) : nullptr;
 #endif
-  at::parallel_for(0, batch, 1, [&](int64_t begin, int64_t end) {
+  // Each thread takes a contiguous run of sequences with about an equal share of the keys to
+  // read, not an equal count: a running batch lists its oldest (longest) sequences first, so
+  // equal counts gave the first thread the most work (a served batch of 64 spans 129 to 256
+  // keys). Which thread computes a sequence does not change its result.
+  const int64_t runs = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), batch));
+  std::vector<int64_t> bounds(runs + 1, batch);
+  bounds[0] = 0;
+  auto keys = [&](int64_t i) {
+    const int64_t len = lens[i];
+    return (window > 0 ? std::min(len, window) : len) + kSeqOverheadKeys;
+  };
+  int64_t total = 0;
+  for (int64_t i = 0; i < batch; ++i) total += keys(i);
+  for (int64_t i = 0, run = 1, sum = 0; i < batch && run < runs; ++i) {
+    sum += keys(i);
+    while (run < runs && sum * runs >= total * run) bounds[run++] = i + 1;
+  }
+  at::parallel_for(0, runs, 1, [&](int64_t run_begin, int64_t run_end) {
     std::vector<float> scores, q32(width), o32(width);
-    for (int64_t i = begin; i < end; ++i) {
+    for (int64_t i = bounds[run_begin]; i < bounds[run_end]; ++i) {
       const int64_t len = lens[i];
       const int64_t first = window > 0 ? std::max<int64_t>(0, len - window) : 0;
 #if defined(__AVX512BF16__) && defined(__AVX512BW__)
