@@ -444,18 +444,44 @@ void decode_all(const T* q, int64_t q_stride, const T* kc, const T* vc, const in
 // one key's scores for all 16 rows are a single vector of FMAs over d, and a chunk of up to 16
 // keys yields each row's running max and sum as lane-wise vector ops (no horizontal sums).
 // Values are then added row by row, weights broadcast. Keys come in chunks that never cross a
-// cache block; the query heads sharing a kv head take each chunk in turn, so a bf16 chunk is
-// widened to fp32 once for all of them. The softmax is online (running max and sum per row),
-// all in fp32; keys after a tile's last row are never visited.
+// cache block; the query heads sharing a kv head take each chunk in turn, so a bf16 chunk's
+// values are widened to fp32 once for all of them. bf16 scores use AVX512_BF16 pair dot
+// products where the CPU has them (keys read as they are: prefill_scores_dp), else a widened
+// copy of the keys too. The softmax is online (running max and sum per row), all in fp32;
+// keys after a tile's last row are never visited.
 constexpr int64_t kTile = kLanes;   // query rows per tile: one per lane
 constexpr int64_t kChunk = kLanes;  // keys per chunk
 
 struct PrefillScratch {
   std::vector<float> qt, keys, values, weights, acc;
+  std::vector<uint32_t> qpairs;  // bf16 with AVX512_BF16: the tile's query as [D / 2][16] pairs
   PrefillScratch(int64_t group, int64_t dim)
       : qt(group * dim * kTile), keys(kChunk * dim), values(kChunk * dim),
-        weights(kChunk * kTile), acc(group * kTile * dim) {}
+        weights(kChunk * kTile), acc(group * kTile * dim), qpairs(group * dim / 2 * kTile) {}
 };
+
+#if defined(__AVX512BF16__) && defined(__AVX512BW__)
+// bf16 prefill scores by pair dot products: lane r of s[j] += q[r] . k[j] over the query's
+// [D / 2][16] pairs (qpairs) and a chunk's n key rows read straight from the cache, two
+// products per instruction summed in fp32 (the keys are not widened). Scaled afterwards, as
+// decode_dp does. Lanes and keys past the tile's rows / n stay zero.
+template <int NV>
+inline void prefill_scores_dp(const uint32_t* qpairs, const c10::BFloat16* keys, int64_t n,
+                              int64_t token_stride, float scale, vec16* s) {
+  constexpr int64_t pairs = NV * kLanes / 2;
+  for (int64_t j = 0; j < n; ++j) {
+    const auto* k = reinterpret_cast<const uint32_t*>(keys + j * token_stride);
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    for (int64_t p = 0; p < pairs; p += 2) {
+      acc0 = _mm512_dpbf16_ps(acc0, (__m512bh)_mm512_loadu_si512(qpairs + p * kLanes),
+                              (__m512bh)_mm512_set1_epi32(static_cast<int>(k[p])));
+      acc1 = _mm512_dpbf16_ps(acc1, (__m512bh)_mm512_loadu_si512(qpairs + (p + 1) * kLanes),
+                              (__m512bh)_mm512_set1_epi32(static_cast<int>(k[p + 1])));
+    }
+    s[j] = (vec16)_mm512_add_ps(acc0, acc1) * scale;
+  }
+}
+#endif
 
 // A chunk's rows as fp32: in place for an fp32 cache (row stride token_stride), else widened
 // into buf (row stride dim). Rows past n are zeros in buf; `whole` asks for all kChunk rows
@@ -485,11 +511,26 @@ void prefill_tile(const T* q, int64_t qs, int64_t qh, int64_t group, int64_t row
                   int64_t block_size, int64_t token_stride, int64_t dim_, float scale,
                   int64_t window, T* o, int64_t os, int64_t oh, PrefillScratch& w) {
   const int64_t dim = NV > 0 ? NV * kLanes : dim_;
+#if defined(__AVX512BF16__) && defined(__AVX512BW__)
+  constexpr bool dp = std::is_same_v<T, c10::BFloat16> && NV > 0;
+#else
+  constexpr bool dp = false;
+#endif
   for (int64_t g = 0; g < group; ++g) {
-    float* qt = w.qt.data() + g * dim * kTile;
-    for (int64_t d = 0; d < dim; ++d)
-      for (int64_t r = 0; r < kTile; ++r)
-        qt[d * kTile + r] = r < rows ? widen(q[g * qh + r * qs + d]) * scale : 0.f;
+    if constexpr (dp) {
+      uint32_t* qp = w.qpairs.data() + g * dim / 2 * kTile;
+      for (int64_t d = 0; d < dim / 2; ++d)
+        for (int64_t r = 0; r < kTile; ++r) {
+          uint32_t pair = 0;
+          if (r < rows) std::memcpy(&pair, q + g * qh + r * qs + 2 * d, sizeof pair);
+          qp[d * kTile + r] = pair;
+        }
+    } else {
+      float* qt = w.qt.data() + g * dim * kTile;
+      for (int64_t d = 0; d < dim; ++d)
+        for (int64_t r = 0; r < kTile; ++r)
+          qt[d * kTile + r] = r < rows ? widen(q[g * qh + r * qs + d]) * scale : 0.f;
+    }
   }
   std::fill(w.acc.begin(), w.acc.end(), 0.f);
   const float ninf = -std::numeric_limits<float>::infinity();
@@ -501,9 +542,10 @@ void prefill_tile(const T* q, int64_t qs, int64_t qh, int64_t group, int64_t row
     const int64_t off = t % block_size;
     const int64_t n = std::min({block_size - off, last + 1 - t, kChunk});
     const int64_t slot = int64_t(table[t / block_size]) * block_size + off;
-    int64_t ks, vs;
-    const float* keys = chunk_rows(kc + slot * token_stride, n, token_stride, dim, true,
-                                   w.keys.data(), ks);
+    int64_t ks = 0, vs;
+    const float* keys = dp ? nullptr
+                           : chunk_rows(kc + slot * token_stride, n, token_stride, dim, true,
+                                        w.keys.data(), ks);
     const float* values = chunk_rows(vc + slot * token_stride, n, token_stride, dim, false,
                                      w.values.data(), vs);
     i32x16 seen[kChunk];
@@ -514,11 +556,19 @@ void prefill_tile(const T* q, int64_t qs, int64_t qh, int64_t group, int64_t row
       if (j >= n) seen[j] = i32x16{};
     }
     for (int64_t g = 0; g < group; ++g) {
-      const float* qt = w.qt.data() + g * dim * kTile;
       vec16 s[kChunk] = {};
-      for (int64_t d = 0; d < dim; ++d) {
-        const vec16 qd = load16(qt + d * kTile);
-        for (int64_t j = 0; j < kChunk; ++j) s[j] += qd * keys[j * ks + d];
+#if defined(__AVX512BF16__) && defined(__AVX512BW__)
+      if constexpr (dp) {
+        prefill_scores_dp<(NV > 0 ? NV : 1)>(w.qpairs.data() + g * dim / 2 * kTile,
+                                             kc + slot * token_stride, n, token_stride, scale, s);
+      }
+#endif
+      if constexpr (!dp) {
+        const float* qt = w.qt.data() + g * dim * kTile;
+        for (int64_t d = 0; d < dim; ++d) {
+          const vec16 qd = load16(qt + d * kTile);
+          for (int64_t j = 0; j < kChunk; ++j) s[j] += qd * keys[j * ks + d];
+        }
       }
       vec16 mx = run_max[g];
       for (int64_t j = 0; j < kChunk; ++j) {
