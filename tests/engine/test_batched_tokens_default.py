@@ -10,10 +10,13 @@ CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 
 
 def test_defaults_by_device_task_and_chunking() -> None:
-    assert CPU_BATCHED_TOKENS == 512
-    assert default_batched_tokens(CPU, "generate", True, 2048, 256) == 512
+    assert CPU_BATCHED_TOKENS == {torch.float32: 256, torch.bfloat16: 512, torch.float16: 512}
+    assert default_batched_tokens(CPU, "generate", True, 2048, 256) == 256
+    assert default_batched_tokens(CPU, "generate", True, 2048, 256, torch.bfloat16) == 512
+    assert default_batched_tokens(CPU, "generate", True, 2048, 128, torch.float32) == 256
     # Never below one decode token for every sequence a step may hold.
     assert default_batched_tokens(CPU, "generate", True, 2048, 1000) == 1000
+    assert default_batched_tokens(CPU, "generate", True, 2048, 1000, torch.bfloat16) == 1000
     assert default_batched_tokens(CUDA, "generate", True, 2048, 256) == 2048
     # An encoder input is never split: embedding models keep the larger budget.
     assert default_batched_tokens(CPU, "embed", True, 512, 256) == 2048
@@ -23,6 +26,9 @@ def test_defaults_by_device_task_and_chunking() -> None:
 
 
 def test_the_bundled_model_on_cpu_and_an_explicit_budget() -> None:
-    assert EngineArgs(device="cpu").resolve().scheduler.max_num_batched_tokens == 512
+    # dtype auto is fp32 on CPU.
+    assert EngineArgs(device="cpu").resolve().scheduler.max_num_batched_tokens == 256
+    bf16 = EngineArgs(device="cpu", dtype="bfloat16").resolve()
+    assert bf16.scheduler.max_num_batched_tokens == 512
     explicit = EngineArgs(device="cpu", max_num_batched_tokens=2048).resolve()
     assert explicit.scheduler.max_num_batched_tokens == 2048
