@@ -4,19 +4,26 @@ from __future__ import annotations
 
 import torch
 
-from hybridllm.config import CPU_BATCHED_TOKENS, EngineArgs, default_batched_tokens
+from hybridllm.config import (
+    CPU_BATCHED_TOKENS,
+    CPU_PREFILL_FLOOR,
+    EngineArgs,
+    default_batched_tokens,
+)
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 
 
 def test_defaults_by_device_task_and_chunking() -> None:
-    assert CPU_BATCHED_TOKENS == {torch.float32: 256, torch.bfloat16: 512, torch.float16: 512}
-    assert default_batched_tokens(CPU, "generate", True, 2048, 256) == 256
+    assert CPU_BATCHED_TOKENS == {torch.float32: 384, torch.bfloat16: 512, torch.float16: 512}
+    assert CPU_PREFILL_FLOOR == 128
+    assert default_batched_tokens(CPU, "generate", True, 2048, 256) == 384
     assert default_batched_tokens(CPU, "generate", True, 2048, 256, torch.bfloat16) == 512
-    assert default_batched_tokens(CPU, "generate", True, 2048, 128, torch.float32) == 256
-    # Never below one decode token for every sequence a step may hold.
-    assert default_batched_tokens(CPU, "generate", True, 2048, 1000) == 1000
-    assert default_batched_tokens(CPU, "generate", True, 2048, 1000, torch.bfloat16) == 1000
+    assert default_batched_tokens(CPU, "generate", True, 2048, 16, torch.float32) == 384
+    # Never below a decode token for every sequence a step may hold plus 128 prompt tokens,
+    # so a full batch still prefills.
+    assert default_batched_tokens(CPU, "generate", True, 2048, 1000) == 1128
+    assert default_batched_tokens(CPU, "generate", True, 2048, 448, torch.bfloat16) == 576
     assert default_batched_tokens(CUDA, "generate", True, 2048, 256) == 2048
     # An encoder input is never split: embedding models keep the larger budget.
     assert default_batched_tokens(CPU, "embed", True, 512, 256) == 2048
@@ -27,7 +34,7 @@ def test_defaults_by_device_task_and_chunking() -> None:
 
 def test_the_bundled_model_on_cpu_and_an_explicit_budget() -> None:
     # dtype auto is fp32 on CPU.
-    assert EngineArgs(device="cpu").resolve().scheduler.max_num_batched_tokens == 256
+    assert EngineArgs(device="cpu").resolve().scheduler.max_num_batched_tokens == 384
     bf16 = EngineArgs(device="cpu", dtype="bfloat16").resolve()
     assert bf16.scheduler.max_num_batched_tokens == 512
     explicit = EngineArgs(device="cpu", max_num_batched_tokens=2048).resolve()
