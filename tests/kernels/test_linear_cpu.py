@@ -169,3 +169,98 @@ def test_other_isas_match_the_reference(isa: str) -> None:
         assert bool(((out.double() - exact).abs() <= bound).all()), dtype
         # Batch invariance holds on every path.
         assert torch.equal(fn(x[5:6].contiguous(), panels, n, bias)[0], out[5])
+
+
+# ---- A SiLU MLP's gate_up with SiLU-and-mul in the epilogue (AVX-512 builds) ----
+needs_silu_pairs = pytest.mark.skipif(
+    not linear_cpu.silu_pairs_available(), reason="linear_silu_mul needs an AVX-512 build"
+)
+
+
+def test_pair_rows_layout() -> None:
+    """[2I, K] -> 16-row pairs: gate rows 16j.., then the same up rows; zeros past I."""
+    inter, k = 20, 3
+    weight = torch.arange(2 * inter * k, dtype=torch.float32).view(2 * inter, k)
+    paired = linear_cpu.pair_rows(weight)
+    assert paired.shape == (64, k)
+    assert torch.equal(paired[0:16], weight[0:16])  # gate rows 0-15
+    assert torch.equal(paired[16:32], weight[inter : inter + 16])  # up rows 0-15
+    assert torch.equal(paired[32:36], weight[16:20])  # gate rows 16-19
+    assert torch.count_nonzero(paired[36:48]).item() == 0
+    assert torch.equal(paired[48:52], weight[inter + 16 : inter + 20])  # up rows 16-19
+    assert torch.count_nonzero(paired[52:64]).item() == 0
+
+
+@needs_silu_pairs
+@pytest.mark.parametrize("inter,k", [(96, 64), (40, 33), (16, 7)])
+@pytest.mark.parametrize("rows", [1, 7, 8, 9, 16, 17, 64, 130])
+def test_silu_mul_epilogue(inter: int, k: int, rows: int) -> None:
+    """linear_silu_mul against linear then silu_and_mul, every tile shape (1-8 rows, the
+    9-16-row one-panel tile, 8-row tiles with a tail): bf16 bitwise; fp32 within 4 ulps (the
+    separate op is compiled with fast-math) and against an fp64 reference."""
+    from hybridllm.kernels import layer_ops_cpu
+
+    gen = torch.Generator().manual_seed(rows * 1000 + inter + k)
+    weight = torch.randn(2 * inter, k, generator=gen)
+    x = torch.randn(rows, k, generator=gen)
+    for dtype in (torch.float32, torch.bfloat16):
+        w, xd = weight.to(dtype), x.to(dtype)
+        fused = linear_cpu.linear_silu_mul(xd, linear_cpu.pack_silu_pairs(w), inter)
+        assert fused.shape == (rows, inter) and fused.dtype == dtype
+        unfused = layer_ops_cpu.silu_and_mul(
+            linear_cpu.linear(xd, linear_cpu.pack(w), 2 * inter, None)
+        )
+        if dtype == torch.bfloat16:
+            assert torch.equal(fused, unfused)
+            continue
+        torch.testing.assert_close(fused, unfused, rtol=4 * 2.0**-23, atol=1e-30)
+        gate_up = x.double() @ weight.double().T
+        ref = torch.nn.functional.silu(gate_up[:, :inter]) * gate_up[:, inter:]
+        torch.testing.assert_close(fused.double(), ref, rtol=1e-5, atol=1e-4)
+
+
+@needs_silu_pairs
+def test_silu_mul_batch_invariant() -> None:
+    """A row's result is the same bits whatever else is in the call."""
+    gen = torch.Generator().manual_seed(1)
+    weight = torch.randn(2 * 48, 40, generator=gen)
+    x = torch.randn(70, 40, generator=gen)
+    panels = linear_cpu.pack_silu_pairs(weight)
+    full = linear_cpu.linear_silu_mul(x, panels, 48)
+    for rows in (1, 5, 12, 33):
+        assert torch.equal(linear_cpu.linear_silu_mul(x[:rows].contiguous(), panels, 48),
+                           full[:rows])
+
+
+@needs_silu_pairs
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_pack_linears_fuses_a_silu_gate_up(dtype: torch.dtype) -> None:
+    """pack_linears packs the child a module names as its SiLU gate_up with the epilogue, and
+    LlamaMLP then gives what the plain panels and the separate op give (bf16 bitwise)."""
+    from types import SimpleNamespace
+
+    from hybridllm.models.cpu_linear import PackedSiluMulLinear, pack_linears
+    from hybridllm.models.fused_ops import cpu_ops
+    from hybridllm.models.llama import LlamaMLP
+
+    cfg = SimpleNamespace(hidden_size=64, intermediate_size=80)
+    torch.manual_seed(0)
+    fused = LlamaMLP(cfg).to(dtype)  # type: ignore[arg-type]
+    plain = LlamaMLP(cfg).to(dtype)  # type: ignore[arg-type]
+    plain.load_state_dict(fused.state_dict())
+    plain.silu_gate_up = None  # the same module, packed without the epilogue
+    assert pack_linears(fused, DECODER_PANEL_ROWS) == 2
+    assert pack_linears(plain, DECODER_PANEL_ROWS) == 2
+    assert isinstance(fused.gate_up_proj, PackedSiluMulLinear)
+    assert type(plain.gate_up_proj) is PackedLinear
+    ops = cpu_ops()
+    assert ops is not None
+    x = torch.randn(2, 9, 64).to(dtype)
+    with torch.inference_mode():
+        assert fused.gate_up_proj.forward(x).shape == (2, 9, 80)
+        out, ref = fused.forward(x.view(18, 64), ops), plain.forward(x.view(18, 64), ops)
+    assert out.shape == (18, 64)
+    if dtype == torch.bfloat16:
+        assert torch.equal(out, ref)
+    else:
+        torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)

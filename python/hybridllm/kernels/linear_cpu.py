@@ -61,6 +61,35 @@ def linear(x: torch.Tensor, panels: torch.Tensor, out_features: int,
     return kernel_for(x.dtype)(x, panels, out_features, bias)
 
 
+def silu_pairs_available() -> bool:
+    """Whether the built kernel has linear_silu_mul (AVX-512: 2-panel tiles)."""
+    module = load()
+    return module is not None and hasattr(module, "linear_silu_mul")
+
+
+def pair_rows(weight: torch.Tensor) -> torch.Tensor:
+    """A gate_up weight [2I, K] (gate rows, then up rows) -> [2 * ceil(I / 16) * 16, K] in
+    16-row pairs: gate rows [16j, 16j + 16), then the same up rows; zero rows past I."""
+    inter = weight.shape[0] // 2
+    padded = -(-inter // LANES) * LANES
+    halves = weight.new_zeros(2, padded, weight.shape[1])
+    halves[:, :inter] = weight.view(2, inter, -1)
+    return halves.view(2, -1, LANES, weight.shape[1]).transpose(0, 1).reshape(-1, weight.shape[1])
+
+
+def pack_silu_pairs(weight: torch.Tensor) -> torch.Tensor:
+    """A gate_up weight [2I, K] packed for linear_silu_mul: panels in gate / up pairs."""
+    return pack(pair_rows(weight.detach()))
+
+
+def linear_silu_mul(x: torch.Tensor, panels: torch.Tensor, inter: int) -> torch.Tensor:
+    """x [M, K] contiguous -> silu(x Wg^T) * (x Wu^T) [M, inter] over pack_silu_pairs panels:
+    the same values as `linear` then SiLU-and-mul, without the [M, 2 * inter] in between."""
+    module = load()
+    assert module is not None
+    return module.linear_silu_mul(x, panels, inter)
+
+
 def unpack(panels: torch.Tensor, out_features: int, in_features: int) -> torch.Tensor:
     """The [N, K] weight back from its panels."""
     if panels.dim() == 4:  # bf16: [P, pairs, 16, 2] -> [P, 2 pairs, 16]

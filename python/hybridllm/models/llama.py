@@ -25,7 +25,12 @@ from hybridllm.attention import AttentionBackend
 from hybridllm.distributed.parallel_state import SINGLE, TensorParallelGroup
 from hybridllm.models import layers
 from hybridllm.models.config import LlamaConfig
-from hybridllm.models.cpu_linear import DECODER_PANEL_ROWS, PackedLinear, pack_linears
+from hybridllm.models.cpu_linear import (
+    DECODER_PANEL_ROWS,
+    PackedLinear,
+    PackedSiluMulLinear,
+    pack_linears,
+)
 from hybridllm.models.layers import LayerOps
 from hybridllm.step_types import AttentionMetadata
 
@@ -98,6 +103,10 @@ class LlamaAttention(nn.Module):
 
 
 class LlamaMLP(nn.Module):
+    # pack_linears may pack this projection with SiLU-and-mul in its epilogue
+    # (cpu_linear.PackedSiluMulLinear), which returns silu(gate) * up itself.
+    silu_gate_up = "gate_up_proj"
+
     def __init__(self, cfg: LlamaConfig, tp: TensorParallelGroup = SINGLE) -> None:
         super().__init__()
         self.tp = tp
@@ -106,8 +115,11 @@ class LlamaMLP(nn.Module):
         self.down_proj = nn.Linear(inter, cfg.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor, ops: LayerOps) -> torch.Tensor:
-        gate_up = self.gate_up_proj.forward(x)
-        return self.tp.all_reduce(self.down_proj.forward(ops.silu_and_mul(gate_up)))
+        if isinstance(self.gate_up_proj, PackedSiluMulLinear):
+            h = self.gate_up_proj.forward(x)
+        else:
+            h = ops.silu_and_mul(self.gate_up_proj.forward(x))
+        return self.tp.all_reduce(self.down_proj.forward(h))
 
 
 class LlamaDecoderLayer(nn.Module):

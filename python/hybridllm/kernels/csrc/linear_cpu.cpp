@@ -235,6 +235,46 @@ void tile_bf16(const uint32_t* x, int64_t ldx, const uint32_t* wp, int64_t pairs
   }
 }
 
+#ifdef __AVX512F__
+// ---- A SiLU MLP's gate_up with SiLU-and-mul as the epilogue ----
+// The gate_up weight packed in pairs (pack_silu_pairs in linear_cpu.py): panel 2j holds gate
+// columns [16j, 16j + 16), panel 2j + 1 the same up columns, so a 2-panel group holds both
+// halves of 16 output columns. Each tile's outputs go to a per-thread scratch (in L1, stored
+// as linear() stores them: rounded to T), and out[:, 16j:16j + 16] = round(silu(gate)) * up
+// is written from there, as silu_and_mul in layer_ops_cpu.cpp computes it. The [M, 2I]
+// gate_up never goes to memory and no second pass reads it back. That pass took ~4x its
+// in-cache time in the model: its input had just been written, half of it by the other
+// core. A 9-16-row tile covers one panel: the gate panel's outputs wait in the scratch for
+// the up panel's, which the same thread computes next.
+// tile_fn(r, p, m0, p0, cols, ahead, ahead_lines, dst, ldd) computes one tile into dst.
+template <typename T, typename TileFn>
+void silu_mul_tiles(int64_t M, int64_t I, int64_t panels, int64_t steps, T* out,
+                    TileFn&& tile_fn) {
+  for_each_tile(M, panels * kLanes, panels, steps,
+                [&](auto r, auto p, int64_t m0, int64_t p0, int64_t cols, int64_t ahead,
+                    int64_t ahead_lines) {
+    constexpr int R = decltype(r)::value, P = decltype(p)::value;
+    constexpr int64_t ld = 2 * kLanes;
+    alignas(64) thread_local T scratch[kTallRows * ld];
+    tile_fn(r, p, m0, p0, cols, ahead, ahead_lines, scratch + (P == 1 ? p0 % 2 : 0) * kLanes,
+            ld);
+    if (P == 1 && p0 % 2 == 0) return;  // the gate panel: its up panel comes next
+    const int64_t j = p0 / 2, n = std::min<int64_t>(kLanes, I - j * kLanes);
+    for (int i = 0; i < R; ++i) {
+      const vec gate = hybridllm_cpu::load16(scratch + i * ld);
+      const vec up = hybridllm_cpu::load16(scratch + i * ld + kLanes);
+      const vec silu = hybridllm_cpu::round_to<T>(gate / (1.0f + hybridllm_cpu::exp16(-gate)));
+      T* dst = out + (m0 + i) * I + j * kLanes;
+      if (n == kLanes) {
+        hybridllm_cpu::store16(dst, silu * up);
+      } else {
+        hybridllm_cpu::store16(dst, silu * up, n);
+      }
+    }
+  });
+}
+#endif
+
 }  // namespace
 
 // weight [N, K] -> [ceil(N / 16), K, 16], zero columns past N.
@@ -324,9 +364,55 @@ torch::Tensor linear_bf16(const torch::Tensor& x, const torch::Tensor& packed, i
   return y;
 }
 
+#ifdef __AVX512F__
+// x [M, K] contiguous, fp32 or bf16; packed: a gate_up weight of 2 * ceil(I / 16) panels in
+// gate / up pairs (pack() or pack_bf16() of the pair order), no bias -> silu(x Wg^T) * (x Wu^T)
+// [M, I], in x's dtype, the same values as linear() then silu_and_mul.
+torch::Tensor linear_silu_mul(const torch::Tensor& x, const torch::Tensor& packed, int64_t I) {
+  TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && x.scalar_type() == packed.scalar_type(),
+              "linear_silu_mul: x must be contiguous 2-D, of the weight's dtype");
+  const int64_t M = x.size(0), K = x.size(1), panels = packed.size(0);
+  TORCH_CHECK(I > 0 && panels == 2 * ((I + kLanes - 1) / kLanes),
+              "linear_silu_mul: the packed weight is not 2 * ceil(I / 16) paired panels");
+  auto y = torch::empty({M, I}, x.options());
+  if (x.scalar_type() == torch::kFloat32) {
+    TORCH_CHECK(packed.dim() == 3 && packed.size(1) == K, "linear_silu_mul: weight does not match x");
+    const float* xp = x.data_ptr<float>();
+    const float* wp = packed.data_ptr<float>();
+    silu_mul_tiles<float>(M, I, panels, K, y.data_ptr<float>(),
+                          [&](auto r, auto p, int64_t m0, int64_t p0, int64_t cols, int64_t ahead,
+                              int64_t ahead_lines, float* dst, int64_t ld) {
+      tile<decltype(r)::value, decltype(p)::value>(xp + m0 * K, K, wp + p0 * K * kLanes, K,
+                                                   nullptr, dst, ld, cols, wp + ahead * kLanes,
+                                                   ahead_lines);
+    });
+    return y;
+  }
+  TORCH_CHECK(x.scalar_type() == torch::kBFloat16, "linear_silu_mul: fp32 or bf16");
+  const int64_t pairs = (K + 1) / 2;
+  TORCH_CHECK(packed.dim() == 4 && packed.size(1) == pairs, "linear_silu_mul: weight does not match x");
+  const torch::Tensor xe = K % 2 == 0 ? x : torch::constant_pad_nd(x, {0, 1});
+  const auto* xp = reinterpret_cast<const uint32_t*>(xe.data_ptr<at::BFloat16>());
+  const auto* wp = reinterpret_cast<const uint32_t*>(packed.data_ptr<at::BFloat16>());
+  silu_mul_tiles<c10::BFloat16>(
+      M, I, panels, pairs, y.data_ptr<c10::BFloat16>(),
+      [&](auto r, auto p, int64_t m0, int64_t p0, int64_t cols, int64_t ahead,
+          int64_t ahead_lines, c10::BFloat16* dst, int64_t ld) {
+        tile_bf16<decltype(r)::value, decltype(p)::value>(
+            xp + m0 * pairs, pairs, wp + p0 * pairs * kLanes, pairs, nullptr,
+            reinterpret_cast<uint16_t*>(dst), ld, cols, wp + ahead * kLanes, ahead_lines);
+      });
+  return y;
+}
+#endif
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("pack", &pack, "Pack an [N, K] fp32 weight into [ceil(N/16), K, 16] panels");
   m.def("linear", &linear, "y = x W^T (+ bias) over packed panels");
   m.def("pack_bf16", &pack_bf16, "Pack an [N, K] bf16 weight into [ceil(N/16), ceil(K/2), 16, 2]");
   m.def("linear_bf16", &linear_bf16, "y = x W^T (+ bias) over bf16 pair panels, fp32 sums");
+#ifdef __AVX512F__
+  m.def("linear_silu_mul", &linear_silu_mul,
+        "silu(x Wg^T) * (x Wu^T) over a gate_up weight packed in gate / up panel pairs");
+#endif
 }
