@@ -67,11 +67,17 @@ def silu_pairs_available() -> bool:
     return module is not None and hasattr(module, "linear_silu_mul")
 
 
+def paired_rows(out_features: int) -> int:
+    """The rows a gate_up weight of out_features = 2I rows has in pairs: each half padded to
+    whole panels, 2 * ceil(I / 16) * 16."""
+    return 2 * -(-(out_features // 2) // LANES) * LANES
+
+
 def pair_rows(weight: torch.Tensor) -> torch.Tensor:
-    """A gate_up weight [2I, K] (gate rows, then up rows) -> [2 * ceil(I / 16) * 16, K] in
-    16-row pairs: gate rows [16j, 16j + 16), then the same up rows; zero rows past I."""
+    """A gate_up weight [2I, K] (gate rows, then up rows) -> [paired_rows(2I), K] in 16-row
+    pairs: gate rows [16j, 16j + 16), then the same up rows; zero rows past I."""
     inter = weight.shape[0] // 2
-    padded = -(-inter // LANES) * LANES
+    padded = paired_rows(weight.shape[0]) // 2
     halves = weight.new_zeros(2, padded, weight.shape[1])
     halves[:, :inter] = weight.view(2, inter, -1)
     return halves.view(2, -1, LANES, weight.shape[1]).transpose(0, 1).reshape(-1, weight.shape[1])

@@ -158,7 +158,7 @@ def _panel_bytes(weight: torch.Tensor) -> int:
 
 def _pair_panel_bytes(weight: torch.Tensor) -> int:
     """A gate_up weight's panels in pairs: each half padded to whole panels."""
-    rows = 2 * -(-(weight.shape[0] // 2) // linear_cpu.LANES) * linear_cpu.LANES
+    rows = linear_cpu.paired_rows(weight.shape[0])
     shape = linear_cpu.packed_shape(rows, weight.shape[1], weight.dtype)
     return HugePageArena.bytes_for(shape, weight.dtype)
 
