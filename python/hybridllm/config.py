@@ -112,32 +112,30 @@ def _non_negative(value: str) -> int:
     return n
 
 
-# The token budget of a generate step on CPU with chunked prefill, by dtype. A burst of
-# arrivals is then prefilled a few prompts a step instead of all at once, so most of it gets
-# its first token sooner; past a few hundred rows a CPU step's linears run at their peak rate,
-# so smaller steps cost no throughput. Measured with the race's load (2 cores, 128-token
-# prompts; see docs/benchmarks.md): bf16 512 against 2048, TTFT p50 at 16 concurrent requests
-# 1,308 -> 643 ms, at 64 2,720 -> 1,088 ms. fp32 linears take twice as long a token (the
-# 121 linears at 128-512 rows: 195-213 GFLOPS against bf16's 414-437), so fp32 gets fewer
-# tokens for about the same step time: 384 or 256 against 512, TTFT p50 at 4 concurrent
-# requests 525 / 491 and 409-628 against 472-871 ms, output tok/s unchanged within noise at
-# 4, 16 and 64. A GPU step is cheap enough that 2048 (vLLM's default) is kept there.
-CPU_BATCHED_TOKENS = {torch.float32: 384, torch.bfloat16: 512, torch.float16: 512}
+# The token budget of a generate step on CPU with chunked prefill. A burst of arrivals is
+# then prefilled a few prompts a step instead of all at once, so most of it gets its first
+# token sooner; past a few hundred rows a CPU step's linears run at their peak rate, so smaller
+# steps cost no throughput. Measured with the race's load (2 cores, 128-token prompts; see
+# docs/benchmarks.md): bf16 512 against 2048, TTFT p50 at 16 concurrent requests 1,308 -> 643
+# ms, at 64 2,720 -> 1,088 ms; fp32 384 against 512, TTFT p50 at 4 concurrent requests
+# 409-628 against 472-871 ms; bf16 384 against 512, TTFT p50 at 4 241 against 310 ms and at
+# 16 574 against 636 ms. Output tok/s unchanged within noise at 4, 16 and 64 in both dtypes.
+# A GPU step is cheap enough that 2048 (vLLM's default) is kept there.
+CPU_BATCHED_TOKENS = 384
 # Prompt tokens a CPU step keeps room for beside a decode token for each of max_num_seqs
 # sequences: with a budget of max_num_seqs alone, a full batch never prefilled again.
 CPU_PREFILL_FLOOR = 128
 
 
 def default_batched_tokens(device: torch.device, task: str, chunked_prefill: bool,
-                           max_model_len: int, max_num_seqs: int,
-                           dtype: torch.dtype = torch.float32) -> int:
+                           max_model_len: int, max_num_seqs: int) -> int:
     """max_num_batched_tokens when not given: whole prompts without chunked prefill; with
-    it 2048, or CPU_BATCHED_TOKENS[dtype] for a generative model on CPU (never below a decode
+    it 2048, or CPU_BATCHED_TOKENS for a generative model on CPU (never below a decode
     token for each of max_num_seqs sequences and CPU_PREFILL_FLOOR prompt tokens)."""
     if not chunked_prefill:
         return max(max_model_len, 2048)
     if device.type == "cpu" and task == "generate":
-        return max(CPU_BATCHED_TOKENS[dtype], max_num_seqs + CPU_PREFILL_FLOOR)
+        return max(CPU_BATCHED_TOKENS, max_num_seqs + CPU_PREFILL_FLOOR)
     return 2048
 
 
@@ -294,7 +292,7 @@ class EngineArgs:
         if self.block_size not in (8, 16, 32, 64, 128):
             raise ValueError(f"block_size must be one of 8, 16, 32, 64, 128; got {self.block_size}")
         batched = self.max_num_batched_tokens or default_batched_tokens(
-            device, task, self.enable_chunked_prefill, max_model_len, self.max_num_seqs, dtype
+            device, task, self.enable_chunked_prefill, max_model_len, self.max_num_seqs
         )
         if task == "embed" and batched < max_model_len:
             raise ValueError(

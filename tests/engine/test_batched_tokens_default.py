@@ -15,15 +15,14 @@ CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 
 
 def test_defaults_by_device_task_and_chunking() -> None:
-    assert CPU_BATCHED_TOKENS == {torch.float32: 384, torch.bfloat16: 512, torch.float16: 512}
+    assert CPU_BATCHED_TOKENS == 384
     assert CPU_PREFILL_FLOOR == 128
     assert default_batched_tokens(CPU, "generate", True, 2048, 256) == 384
-    assert default_batched_tokens(CPU, "generate", True, 2048, 256, torch.bfloat16) == 512
-    assert default_batched_tokens(CPU, "generate", True, 2048, 16, torch.float32) == 384
+    assert default_batched_tokens(CPU, "generate", True, 2048, 16) == 384
     # Never below a decode token for every sequence a step may hold plus 128 prompt tokens,
     # so a full batch still prefills.
     assert default_batched_tokens(CPU, "generate", True, 2048, 1000) == 1128
-    assert default_batched_tokens(CPU, "generate", True, 2048, 448, torch.bfloat16) == 576
+    assert default_batched_tokens(CPU, "generate", True, 2048, 448) == 576
     assert default_batched_tokens(CUDA, "generate", True, 2048, 256) == 2048
     # An encoder input is never split: embedding models keep the larger budget.
     assert default_batched_tokens(CPU, "embed", True, 512, 256) == 2048
@@ -33,9 +32,9 @@ def test_defaults_by_device_task_and_chunking() -> None:
 
 
 def test_the_bundled_model_on_cpu_and_an_explicit_budget() -> None:
-    # dtype auto is fp32 on CPU.
+    # The same budget in both dtypes (dtype auto is fp32 on CPU).
     assert EngineArgs(device="cpu").resolve().scheduler.max_num_batched_tokens == 384
     bf16 = EngineArgs(device="cpu", dtype="bfloat16").resolve()
-    assert bf16.scheduler.max_num_batched_tokens == 512
+    assert bf16.scheduler.max_num_batched_tokens == 384
     explicit = EngineArgs(device="cpu", max_num_batched_tokens=2048).resolve()
     assert explicit.scheduler.max_num_batched_tokens == 2048
