@@ -164,10 +164,14 @@ class Gemma3DecoderLayer(nn.Module):
         meta: AttentionMetadata,
         backend: AttentionBackend,
         ops: LayerOps,
+        keep: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """keep: as in LlamaDecoderLayer."""
         norm, eps = layers.gemma_rms_norm, self.eps
         h = norm(x, self.input_layernorm, eps)
         h = self.self_attn(h, positions, cos_sin, kv_cache, meta, backend, ops)
+        if keep is not None:
+            h, x = h.index_select(0, keep), x.index_select(0, keep)
         x = x + norm(h, self.post_attention_layernorm, eps)
         h = self.mlp(norm(x, self.pre_feedforward_layernorm, eps))
         return x + norm(h, self.post_feedforward_layernorm, eps)
@@ -198,15 +202,20 @@ class Gemma3ForCausalLM(LlamaForCausalLM):
         kv_caches: list[torch.Tensor],
         meta: AttentionMetadata,
         backend: AttentionBackend,
+        keep: torch.Tensor | None = None,
     ) -> torch.Tensor:
         # sqrt(hidden) as an fp32 scalar rounded to the embedding dtype, as Gemma does (a
         # Python number then: no tensor made per step, nothing for a CUDA graph to capture).
         dtype = self.embed_tokens.weight.dtype
         scale = float(torch.tensor(self.cfg.hidden_size**0.5, dtype=torch.float32).to(dtype))
         x = self.embed_tokens(input_ids) * scale
-        for layer, kv_cache, is_local in zip(self.layers, kv_caches, self.cfg.local_layers):
+        last = len(self.layers) - 1
+        for i, (layer, kv_cache, is_local) in enumerate(
+            zip(self.layers, kv_caches, self.cfg.local_layers)
+        ):
             cos_sin = self.cos_sin[1 if is_local else 0]
-            x = layer(x, positions, cos_sin, kv_cache, meta, backend, self.ops)
+            x = layer(x, positions, cos_sin, kv_cache, meta, backend, self.ops,
+                      keep if i == last else None)
         return layers.gemma_rms_norm(x, self.norm, self.cfg.rms_norm_eps)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -74,8 +74,10 @@ class CausalLM(Protocol):
         kv_caches: list[torch.Tensor],
         meta: AttentionMetadata,
         backend: AttentionBackend,
+        keep: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Hidden states [T, hidden] of a flat batch of tokens."""
+        """Hidden states [T, hidden] of a flat batch of tokens; with `keep` (row indices,
+        ascending), those rows only: the last layer's MLP runs on them alone."""
         ...
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -143,13 +143,18 @@ class LlamaDecoderLayer(nn.Module):
         meta: AttentionMetadata,
         backend: AttentionBackend,
         ops: LayerOps,
+        keep: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """keep: the last layer's rows to go on with after attention (every row's keys and
+        values are in the cache by then)."""
         if residual is None:
             residual = x  # the embedding output, owned by this forward (fused ops update it)
             h = ops.rms_norm(x, self.input_layernorm, self.eps)
         else:
             h, residual = ops.add_rms_norm(x, residual, self.input_layernorm, self.eps)
         h = self.self_attn.forward(h, positions, cos_sin, kv_cache, meta, backend, ops)
+        if keep is not None:
+            h, residual = h.index_select(0, keep), residual.index_select(0, keep)
         h, residual = ops.add_rms_norm(h, residual, self.post_attention_layernorm, self.eps)
         return self.mlp.forward(h, ops), residual
 
@@ -214,12 +219,15 @@ class LlamaForCausalLM(nn.Module):
         kv_caches: list[torch.Tensor],
         meta: AttentionMetadata,
         backend: AttentionBackend,
+        keep: torch.Tensor | None = None,
     ) -> torch.Tensor:
         x = self.embed_tokens(input_ids)
         residual = None
-        for layer, kv_cache in zip(self.layers, kv_caches):
+        last = len(self.layers) - 1
+        for i, (layer, kv_cache) in enumerate(zip(self.layers, kv_caches)):
             x, residual = layer.forward(
-                x, residual, positions, self.cos_sin, kv_cache, meta, backend, self.ops
+                x, residual, positions, self.cos_sin, kv_cache, meta, backend, self.ops,
+                keep if i == last else None,
             )
         x, _ = self.ops.add_rms_norm(x, residual, self.norm, self.cfg.rms_norm_eps)
         return x
