@@ -28,10 +28,11 @@ class FakeModel:
         rows = torch.arange(max_rows)
         self.logits[rows, rows % _FAKE_VOCAB] = 1.0
 
-    def __call__(self, input_ids: torch.Tensor, *args: object) -> torch.Tensor:
-        keep = args[4] if len(args) > 4 else None  # (positions, caches, meta, backend, keep)
-        rows = input_ids.shape[0] if keep is None else len(keep)  # type: ignore[arg-type]
-        return self.hidden[:rows]
+    def __call__(
+        self, input_ids: torch.Tensor, positions: object, kv_caches: object, meta: object,
+        backend: object, keep: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        return self.hidden[: input_ids.shape[0] if keep is None else keep.shape[0]]
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.logits[: hidden.shape[0]]
