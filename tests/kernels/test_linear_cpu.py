@@ -264,3 +264,89 @@ def test_pack_linears_fuses_a_silu_gate_up(dtype: torch.dtype) -> None:
         assert torch.equal(out, ref)
     else:
         torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+
+
+# ---- bf16 on AMX tiles (CPUs with AMX-BF16) and on vdpbf16ps, side by side ----
+@pytest.fixture(params=["amx", "vdpbf16ps"])
+def bf16_path(request: pytest.FixtureRequest):
+    """Runs the test on one bf16 path: AMX tiles, or the vector kernel with AMX off."""
+    if request.param == "amx":
+        if not linear_cpu.amx_active():
+            pytest.skip("the CPU has no AMX-BF16 (or Linux refused the tile state)")
+        yield request.param
+        return
+    was = linear_cpu.use_amx(False)
+    try:
+        yield request.param
+    finally:
+        linear_cpu.use_amx(was)
+
+
+# K a multiple of 32 (AMX's 16 k pairs a tile) and not (the vector kernel takes it); N whole
+# and ragged 4-panel groups; M one row, a tile's 16, a tail past it, several tiles.
+@pytest.mark.parametrize("n, k", [(64, 32), (100, 64), (33, 96), (960, 576), (40, 40)])
+@pytest.mark.parametrize("m", [1, 3, 16, 17, 64, 100])
+def test_bf16_paths_match_the_exact_product(bf16_path: str, n: int, k: int, m: int) -> None:
+    gen = torch.Generator().manual_seed(n * 1000 + k * 10 + m)
+    weight = torch.randn(n, k, generator=gen).bfloat16()
+    bias = torch.randn(n, generator=gen)
+    x = torch.randn(m, k, generator=gen).bfloat16()
+    out = linear_cpu.linear(x, linear_cpu.pack(weight), n, bias)
+    assert out.shape == (m, n) and out.dtype == torch.bfloat16
+    exact = x.double() @ weight.double().T + bias.double()
+    magnitude = x.abs().double() @ weight.abs().double().T + bias.abs().double()
+    bound = 2.0**-8 * exact.abs() + (k + 2) * 2.0**-24 * magnitude * (1 + 2.0**-8)
+    assert bool(((out.double() - exact).abs() <= bound).all())
+
+
+def test_bf16_paths_are_batch_invariant(bf16_path: str) -> None:
+    """On either path a row's output is the same bits alone, in a full 16-row tile, in the
+    tail tile and at any offset; the fused SiLU gate_up too."""
+    gen = torch.Generator().manual_seed(2)
+    weight = torch.randn(200, 576, generator=gen).bfloat16()
+    panels = linear_cpu.pack(weight)
+    x = torch.randn(37, 576, generator=gen).bfloat16()
+    whole = linear_cpu.linear(x, panels, 200, None)
+    for i in (0, 15, 16, 36):
+        assert torch.equal(linear_cpu.linear(x[i : i + 1].contiguous(), panels, 200, None)[0],
+                           whole[i]), i
+    assert torch.equal(linear_cpu.linear(x[5:].contiguous(), panels, 200, None), whole[5:])
+    if linear_cpu.silu_pairs_available():
+        pairs = linear_cpu.pack_silu_pairs(torch.randn(2 * 72, 576, generator=gen).bfloat16())
+        fused = linear_cpu.linear_silu_mul(x, pairs, 72)
+        assert torch.equal(linear_cpu.linear_silu_mul(x[20:21].contiguous(), pairs, 72)[0],
+                           fused[20])
+
+
+@needs_silu_pairs
+@pytest.mark.parametrize("rows", [1, 16, 17, 64])
+def test_bf16_paths_silu_epilogue_is_linear_then_silu(bf16_path: str, rows: int) -> None:
+    """The fused gate_up on either path is bitwise the same path's linear then silu_and_mul
+    (I = 72: a last 4-panel block holding one gate / up pair)."""
+    from hybridllm.kernels import layer_ops_cpu
+
+    gen = torch.Generator().manual_seed(rows)
+    weight = torch.randn(2 * 72, 576, generator=gen).bfloat16()
+    x = torch.randn(rows, 576, generator=gen).bfloat16()
+    fused = linear_cpu.linear_silu_mul(x, linear_cpu.pack_silu_pairs(weight), 72)
+    unfused = layer_ops_cpu.silu_and_mul(linear_cpu.linear(x, linear_cpu.pack(weight), 144, None))
+    assert torch.equal(fused, unfused)
+
+
+def test_amx_and_vector_paths_agree_to_an_ulp() -> None:
+    """Where both run, they differ only in how a k pair's products are rounded: every
+    output within one bf16 ulp of the other."""
+    if not linear_cpu.amx_active():
+        pytest.skip("the CPU has no AMX-BF16 (or Linux refused the tile state)")
+    gen = torch.Generator().manual_seed(3)
+    weight = torch.randn(576, 1536, generator=gen).bfloat16()
+    x = torch.randn(64, 1536, generator=gen).bfloat16()
+    panels = linear_cpu.pack(weight)
+    amx = linear_cpu.linear(x, panels, 576, None)
+    was = linear_cpu.use_amx(False)
+    try:
+        vector = linear_cpu.linear(x, panels, 576, None)
+    finally:
+        linear_cpu.use_amx(was)
+    ulp = 2.0 ** (torch.floor(torch.log2(vector.float().abs().clamp_min(1e-30))) - 7)
+    assert bool(((amx.float() - vector.float()).abs() <= ulp).all())

@@ -3,7 +3,8 @@ first use.
 
 For the few-row GEMMs of decoding (one row per sequence, 1 + k with speculative drafts): it
 streams the weight once per call whatever the row count up to a tile, and a row's result is
-the same bits whatever else is in the batch. `linear_reference` is the plain torch version the
+the same bits whatever else is in the batch. Where the CPU has AMX-BF16, bf16 calls run on
+AMX tiles over the same panels (`amx_active`). `linear_reference` is the plain torch version the
 tests compare against.
 """
 
@@ -59,6 +60,22 @@ def linear(x: torch.Tensor, panels: torch.Tensor, out_features: int,
     """x [M, K] contiguous, the panels' dtype -> x W^T (+ bias) [M, out_features], summed in
     fp32 (bf16: rounded once at the end)."""
     return kernel_for(x.dtype)(x, panels, out_features, bias)
+
+
+def amx_active() -> bool:
+    """Whether bf16 calls run on AMX tiles: built where the CPU has AMX-BF16, Linux granted
+    the tile state, and not switched off by `use_amx(False)`."""
+    module = load()
+    return module is not None and bool(module.amx_active())
+
+
+def use_amx(on: bool) -> bool:
+    """Switch the bf16 AMX path on or off (for A/B runs and tests of both paths); returns the
+    previous setting. AMX and vdpbf16ps round the pair products differently, so the two
+    paths differ in the last bits; each is batch invariant on its own."""
+    module = load()
+    assert module is not None
+    return bool(module.use_amx(on))
 
 
 def silu_pairs_available() -> bool:

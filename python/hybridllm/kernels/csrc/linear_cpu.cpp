@@ -14,8 +14,13 @@
 #ifdef __AVX512BF16__
 #include <immintrin.h>
 #endif
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <type_traits>
 
@@ -250,6 +255,150 @@ void tile_bf16(const uint32_t* x, int64_t ldx, const uint32_t* wp, int64_t pairs
   }
 }
 
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+// ---- bf16 on AMX: the same pair panels, up to 16 rows x 4 panels per tile step ----
+// 16 consecutive k pairs of a pair panel ([16][16][2] bf16, 1 KiB) are laid out exactly as an
+// AMX B tile (16 rows of 64 bytes), so the panels feed TDPBF16PS as packed: one instruction
+// multiplies up to 16 rows of x by 32 k of 16 columns, summed in fp32. On the 2-core Xeon of
+// docs/benchmarks.md one instruction stream ran ~2.2 TFLOPS a core, the vdpbf16ps tiles
+// ~0.11, and the model's linears took 0.2x the vdpbf16ps tiles' time at 64 rows. Tiles: tmm0 x, tmm1 and
+// tmm2 the weight (alternating), tmm4..tmm7 the sums of 4 panels. Each output is still one
+// fp32 sum per row, whatever the batch holds.
+constexpr int64_t kAmxPairs = 16;  // k pairs in one B tile
+constexpr int kAmxPanels = 4;      // C tiles
+constexpr int kAmxRows = 16;
+
+struct TileConfig {  // LDTILECFG's 64-byte layout, palette 1
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Linux hands out the AMX register state only on request (arch_prctl ARCH_REQ_XCOMP_PERM for
+// XTILEDATA), once per process: false where it refuses, and the callers keep vdpbf16ps.
+bool amx_permitted() {
+  static const bool ok = [] {
+    constexpr int kReqXcompPerm = 0x1023, kXtileData = 18;
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0;
+  }();
+  return ok;
+}
+
+bool g_amx_enabled = true;  // use_amx(): the tests compare both paths in one process
+
+// Tile shapes for `rows` rows of x (the config is per thread, and oneDNN may have loaded its
+// own since: loaded again at the start of every parallel chunk).
+void amx_configure(int rows) {
+  TileConfig c;
+  c.rows[0] = rows;
+  c.colsb[0] = 64;
+  for (int t = 1; t <= 2; ++t) {
+    c.rows[t] = kAmxPairs;
+    c.colsb[t] = 64;
+  }
+  for (int t = 4; t < 4 + kAmxPanels; ++t) {
+    c.rows[t] = rows;
+    c.colsb[t] = kLanes * sizeof(float);
+  }
+  _tile_loadconfig(&c);
+}
+
+// The configured rows of x (ldx bytes apart) against G panels at wp: fp32 sums to out
+// [rows][kAmxPanels * 16].
+template <int G>
+void amx_tile(const uint16_t* x, int64_t ldx, const uint32_t* wp, int64_t pairs, float* out) {
+  constexpr int64_t ldo = kAmxPanels * kLanes * sizeof(float);
+  const int64_t panel = pairs * kLanes;  // uint32 elements a panel
+  _tile_zero(4);
+  if constexpr (G > 1) _tile_zero(5);
+  if constexpr (G > 2) _tile_zero(6);
+  if constexpr (G > 3) _tile_zero(7);
+  for (int64_t k = 0; k < pairs; k += kAmxPairs) {
+    const uint32_t* b = wp + k * kLanes;
+    _tile_loadd(0, x + 2 * k, ldx);
+    _tile_loadd(1, b, 64);
+    _tile_dpbf16ps(4, 0, 1);
+    if constexpr (G > 1) {
+      _tile_loadd(2, b + panel, 64);
+      _tile_dpbf16ps(5, 0, 2);
+    }
+    if constexpr (G > 2) {
+      _tile_loadd(1, b + 2 * panel, 64);
+      _tile_dpbf16ps(6, 0, 1);
+    }
+    if constexpr (G > 3) {
+      _tile_loadd(2, b + 3 * panel, 64);
+      _tile_dpbf16ps(7, 0, 2);
+    }
+  }
+  _tile_stored(4, out, ldo);
+  if constexpr (G > 1) _tile_stored(5, out + kLanes, ldo);
+  if constexpr (G > 2) _tile_stored(6, out + 2 * kLanes, ldo);
+  if constexpr (G > 3) _tile_stored(7, out + 3 * kLanes, ldo);
+}
+
+// Panels a block takes, 4 down to 2: the fewest panels on the busiest thread, then the
+// widest block. 4-panel blocks split the model's 36-panel (576-column) projections 5 / 4
+// between two threads, 3-panel ones 6 / 6: with 4, a fifth of the call was one thread
+// waiting for the other.
+int64_t amx_block_panels(int64_t panels, int64_t threads) {
+  int64_t best = kAmxPanels, best_load = INT64_MAX;
+  for (int64_t g = kAmxPanels; g >= 2; --g) {
+    const int64_t blocks = (panels + g - 1) / g;
+    const int64_t load = (blocks + threads - 1) / threads * g;
+    if (load < best_load) {
+      best = g;
+      best_load = load;
+    }
+  }
+  return best;
+}
+
+// x [M, 2 * pairs] bf16 against `panels` pair panels at wp: emit(m0, rows, p0, g, sums) for
+// every block of up to 16 rows by g <= 4 panels, sums [rows][64] fp32. Threads split the
+// panel blocks, as for_each_tile does.
+template <typename Emit>
+void for_each_amx_block(int64_t M, int64_t panels, int64_t pairs, const uint16_t* x,
+                        const uint32_t* wp, Emit&& emit, int64_t step = 0) {
+  // step: panels a block takes (a multiple of 2 keeps gate / up pairs together); 0: balanced.
+  const int64_t g_panels = step ? step : amx_block_panels(panels, at::get_num_threads());
+  const int64_t groups = (panels + g_panels - 1) / g_panels;
+  at::parallel_for(0, groups, 1, [&](int64_t g0, int64_t g1) {
+    alignas(64) float sums[kAmxRows * kAmxPanels * kLanes];
+    int configured = 0;
+    for (int64_t g = g0; g < g1; ++g) {
+      const int64_t first = g * g_panels;
+      const int n = static_cast<int>(std::min<int64_t>(g_panels, panels - first));
+      const uint32_t* w = wp + first * pairs * kLanes;
+      for (int64_t m0 = 0; m0 < M; m0 += kAmxRows) {
+        const int rows = static_cast<int>(std::min<int64_t>(kAmxRows, M - m0));
+        if (rows != configured) {
+          amx_configure(rows);
+          configured = rows;
+        }
+        const uint16_t* xr = x + m0 * 2 * pairs;
+        const int64_t ldx = 2 * pairs * sizeof(uint16_t);
+        switch (n) {
+          case 4: amx_tile<4>(xr, ldx, w, pairs, sums); break;
+          case 3: amx_tile<3>(xr, ldx, w, pairs, sums); break;
+          case 2: amx_tile<2>(xr, ldx, w, pairs, sums); break;
+          default: amx_tile<1>(xr, ldx, w, pairs, sums); break;
+        }
+        emit(m0, rows, first, n, static_cast<const float*>(sums));
+      }
+    }
+    if (configured) _tile_release();
+  });
+}
+
+// Whether a bf16 call with K = 2 * pairs takes the AMX path: whole B tiles only (K a multiple
+// of 32, as in every model served here); others keep the vdpbf16ps tiles.
+bool use_amx_for(int64_t pairs) {
+  return g_amx_enabled && pairs % kAmxPairs == 0 && amx_permitted();
+}
+#endif
+
 #ifdef __AVX512F__
 // ---- A SiLU MLP's gate_up with SiLU-and-mul as the epilogue ----
 // The gate_up weight packed in pairs (pack_silu_pairs in linear_cpu.py): panel 2j holds gate
@@ -368,6 +517,23 @@ torch::Tensor linear_bf16(const torch::Tensor& x, const torch::Tensor& packed, i
     bp = b32.data_ptr<float>();
   }
   auto* yp = reinterpret_cast<uint16_t*>(y.data_ptr<at::BFloat16>());
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+  if (use_amx_for(pairs)) {
+    for_each_amx_block(M, panels, pairs, reinterpret_cast<const uint16_t*>(xp), wp,
+                       [&](int64_t m0, int rows, int64_t p0, int n, const float* sums) {
+      for (int r = 0; r < rows; ++r) {
+        for (int p = 0; p < n; ++p) {
+          const int64_t col0 = (p0 + p) * kLanes, cols = std::min<int64_t>(kLanes, N - col0);
+          if (cols <= 0) break;
+          vec out = hybridllm_cpu::load16(sums + (r * kAmxPanels + p) * kLanes);
+          if (bp != nullptr) out += hybridllm_cpu::load16(bp + col0, cols);
+          store16(yp + (m0 + r) * N + col0, out, cols);
+        }
+      }
+    });
+    return y;
+  }
+#endif
   for_each_tile(M, N, panels, pairs, [&](auto r, auto p, int64_t m0, int64_t p0, int64_t cols,
                                          int64_t ahead, int64_t ahead_lines) {
     const int64_t col0 = p0 * kLanes;
@@ -409,6 +575,31 @@ torch::Tensor linear_silu_mul(const torch::Tensor& x, const torch::Tensor& packe
   const torch::Tensor xe = K % 2 == 0 ? x : torch::constant_pad_nd(x, {0, 1});
   const auto* xp = reinterpret_cast<const uint32_t*>(xe.data_ptr<at::BFloat16>());
   const auto* wp = reinterpret_cast<const uint32_t*>(packed.data_ptr<at::BFloat16>());
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+  if (use_amx_for(pairs)) {
+    // Blocks of 4 or 2 panels, so panels 2j and 2j + 1 (gate and up of columns [16j, 16j +
+    // 16)) share one; 4 where that still splits the pairs evenly between the threads.
+    auto* out = reinterpret_cast<uint16_t*>(y.data_ptr<c10::BFloat16>());
+    const int64_t threads = at::get_num_threads();
+    const int64_t step = (panels / 2 + threads - 1) / threads % 2 == 0 || panels < 4 ? 4 : 2;
+    for_each_amx_block(M, panels, pairs, reinterpret_cast<const uint16_t*>(xp), wp,
+                       [&](int64_t m0, int rows, int64_t p0, int n, const float* sums) {
+      for (int r = 0; r < rows; ++r) {
+        for (int p = 0; p < n; p += 2) {
+          const int64_t j = (p0 + p) / 2, cols = std::min<int64_t>(kLanes, I - j * kLanes);
+          const float* s = sums + (r * kAmxPanels + p) * kLanes;
+          // Rounded to bf16 first, as linear() would store them (see silu_mul_tiles).
+          const vec gate = hybridllm_cpu::round_to<c10::BFloat16>(hybridllm_cpu::load16(s));
+          const vec up = hybridllm_cpu::round_to<c10::BFloat16>(hybridllm_cpu::load16(s + kLanes));
+          const vec silu =
+              hybridllm_cpu::round_to<c10::BFloat16>(gate / (1.0f + hybridllm_cpu::exp16(-gate)));
+          store16(out + (m0 + r) * I + j * kLanes, silu * up, cols);
+        }
+      }
+    }, step);
+    return y;
+  }
+#endif
   silu_mul_tiles<c10::BFloat16>(
       M, I, panels, pairs, y.data_ptr<c10::BFloat16>(),
       [&](auto r, auto p, int64_t m0, int64_t p0, int64_t cols, int64_t ahead,
@@ -421,7 +612,29 @@ torch::Tensor linear_silu_mul(const torch::Tensor& x, const torch::Tensor& packe
 }
 #endif
 
+// Whether bf16 calls run on AMX tiles (built with AMX, the kernel permits it, use_amx(true)).
+bool amx_active() {
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+  return g_amx_enabled && amx_permitted();
+#else
+  return false;
+#endif
+}
+
+// Turns the AMX path on or off (the tests race both paths); returns the previous setting.
+bool use_amx(bool on) {
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+  const bool was = g_amx_enabled;
+  g_amx_enabled = on;
+  return was;
+#else
+  return false;
+#endif
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("amx_active", &amx_active, "Whether bf16 linears run on AMX tiles");
+  m.def("use_amx", &use_amx, "Turn the bf16 AMX path on or off; returns the previous setting");
   m.def("pack", &pack, "Pack an [N, K] fp32 weight into [ceil(N/16), K, 16] panels");
   m.def("linear", &linear, "y = x W^T (+ bias) over packed panels");
   m.def("pack_bf16", &pack_bf16, "Pack an [N, K] bf16 weight into [ceil(N/16), ceil(K/2), 16, 2]");
