@@ -15,14 +15,14 @@ dot-product instruction takes whole, summed in fp32.
 
 Where the CPU has AMX-BF16 the kernel runs bf16 calls on AMX tiles over the same panels: on
 a 2-core Xeon the model's linears then took 0.20x the vector kernel's time at 64 rows and
-beat oneDNN's (also AMX) at every row count.
+0.42-0.93x oneDNN's (also on AMX there) from 1 to 384 rows.
 
 On the 2-core Zen 4 of docs/benchmarks.md the panels now measure at least as fast as oneDNN
 at every row count in both dtypes (fp32, all 121 linears of the default model: 0.79x
 oneDNN's time at 96 and 128 rows, 0.98-1.01x from 256 to 1,024; bf16: faster from 1 to
 2,048), so a decoder keeps the panels only (`DECODER_PANEL_ROWS`). `panel_rows` still
 splits the calls by size (panels up to N rows, oneDNN above) for a CPU where oneDNN's large
-GEMMs win, e.g. with AMX.
+GEMMs win.
 """
 
 from __future__ import annotations
