@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import pytest
 import torch
 
@@ -267,19 +270,28 @@ def test_pack_linears_fuses_a_silu_gate_up(dtype: torch.dtype) -> None:
 
 
 # ---- bf16 on AMX tiles (CPUs with AMX-BF16) and on vdpbf16ps, side by side ----
+NO_AMX = "the CPU has no AMX-BF16 (or Linux refused the tile state)"
+
+
+@contextlib.contextmanager
+def amx_off() -> Iterator[None]:
+    was = linear_cpu.use_amx(False)
+    try:
+        yield
+    finally:
+        linear_cpu.use_amx(was)
+
+
 @pytest.fixture(params=["amx", "vdpbf16ps"])
-def bf16_path(request: pytest.FixtureRequest):
+def bf16_path(request: pytest.FixtureRequest) -> Iterator[str]:
     """Runs the test on one bf16 path: AMX tiles, or the vector kernel with AMX off."""
     if request.param == "amx":
         if not linear_cpu.amx_active():
-            pytest.skip("the CPU has no AMX-BF16 (or Linux refused the tile state)")
+            pytest.skip(NO_AMX)
         yield request.param
         return
-    was = linear_cpu.use_amx(False)
-    try:
+    with amx_off():
         yield request.param
-    finally:
-        linear_cpu.use_amx(was)
 
 
 # K a multiple of 32 (AMX's 16 k pairs a tile) and not (the vector kernel takes it); N whole
@@ -337,16 +349,13 @@ def test_amx_and_vector_paths_agree_to_an_ulp() -> None:
     """Where both run, they differ only in how a k pair's products are rounded: every
     output within one bf16 ulp of the other."""
     if not linear_cpu.amx_active():
-        pytest.skip("the CPU has no AMX-BF16 (or Linux refused the tile state)")
+        pytest.skip(NO_AMX)
     gen = torch.Generator().manual_seed(3)
     weight = torch.randn(576, 1536, generator=gen).bfloat16()
     x = torch.randn(64, 1536, generator=gen).bfloat16()
     panels = linear_cpu.pack(weight)
     amx = linear_cpu.linear(x, panels, 576, None)
-    was = linear_cpu.use_amx(False)
-    try:
+    with amx_off():
         vector = linear_cpu.linear(x, panels, 576, None)
-    finally:
-        linear_cpu.use_amx(was)
     ulp = 2.0 ** (torch.floor(torch.log2(vector.float().abs().clamp_min(1e-30))) - 7)
     assert bool(((amx.float() - vector.float()).abs() <= ulp).all())

@@ -261,9 +261,9 @@ void tile_bf16(const uint32_t* x, int64_t ldx, const uint32_t* wp, int64_t pairs
 // AMX B tile (16 rows of 64 bytes), so the panels feed TDPBF16PS as packed: one instruction
 // multiplies up to 16 rows of x by 32 k of 16 columns, summed in fp32. On the 2-core Xeon of
 // docs/benchmarks.md one instruction stream ran ~2.2 TFLOPS a core, the vdpbf16ps tiles
-// ~0.11, and the model's linears took 0.2x the vdpbf16ps tiles' time at 64 rows. Tiles: tmm0 x, tmm1 and
-// tmm2 the weight (alternating), tmm4..tmm7 the sums of 4 panels. Each output is still one
-// fp32 sum per row, whatever the batch holds.
+// ~0.11, and the model's linears took 0.2x the vdpbf16ps tiles' time at 64 rows. Tiles: tmm0
+// x, tmm1 and tmm2 the weight (alternating), tmm4..tmm7 the sums of 4 panels. Each output is
+// still one fp32 sum per row, whatever the batch holds.
 constexpr int64_t kAmxPairs = 16;  // k pairs in one B tile
 constexpr int kAmxPanels = 4;      // C tiles
 constexpr int kAmxRows = 16;
@@ -286,6 +286,8 @@ bool amx_permitted() {
 }
 
 bool g_amx_enabled = true;  // use_amx(): the tests compare both paths in one process
+
+bool amx_on() { return g_amx_enabled && amx_permitted(); }
 
 // Tile shapes for `rows` rows of x (the config is per thread, and oneDNN may have loaded its
 // own since: loaded again at the start of every parallel chunk).
@@ -395,7 +397,7 @@ void for_each_amx_block(int64_t M, int64_t panels, int64_t pairs, const uint16_t
 // Whether a bf16 call with K = 2 * pairs takes the AMX path: whole B tiles only (K a multiple
 // of 32, as in every model served here); others keep the vdpbf16ps tiles.
 bool use_amx_for(int64_t pairs) {
-  return g_amx_enabled && pairs % kAmxPairs == 0 && amx_permitted();
+  return pairs % kAmxPairs == 0 && amx_on();
 }
 #endif
 
@@ -581,7 +583,8 @@ torch::Tensor linear_silu_mul(const torch::Tensor& x, const torch::Tensor& packe
     // 16)) share one; 4 where that still splits the pairs evenly between the threads.
     auto* out = reinterpret_cast<uint16_t*>(y.data_ptr<c10::BFloat16>());
     const int64_t threads = at::get_num_threads();
-    const int64_t step = (panels / 2 + threads - 1) / threads % 2 == 0 || panels < 4 ? 4 : 2;
+    const int64_t pairs_per_thread = (panels / 2 + threads - 1) / threads;
+    const int64_t step = pairs_per_thread % 2 == 0 ? 4 : 2;
     for_each_amx_block(M, panels, pairs, reinterpret_cast<const uint16_t*>(xp), wp,
                        [&](int64_t m0, int rows, int64_t p0, int n, const float* sums) {
       for (int r = 0; r < rows; ++r) {
@@ -615,7 +618,7 @@ torch::Tensor linear_silu_mul(const torch::Tensor& x, const torch::Tensor& packe
 // Whether bf16 calls run on AMX tiles (built with AMX, the kernel permits it, use_amx(true)).
 bool amx_active() {
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__)
-  return g_amx_enabled && amx_permitted();
+  return amx_on();
 #else
   return false;
 #endif
