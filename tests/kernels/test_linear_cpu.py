@@ -44,10 +44,12 @@ def test_pack_layout_bf16() -> None:
     assert torch.equal(linear_cpu.unpack(panels, 35, 3), weight)
 
 
-# N: whole panels, whole pairs of panels, a ragged last panel, fewer than one panel.
-# M: every tile height on AVX-512 (up to 8 rows against 2 panels, 9-16 rows against one) and
-# AVX2 (6), and several tiles.
-@pytest.mark.parametrize("n, k", [(64, 32), (48, 96), (35, 3), (7, 576), (960, 576)])
+# N: whole groups of panels (3 a tile in fp32 on AVX-512, 2 in bf16), a last group of fewer
+# (64: one panel past whole fp32 groups; 72: two, the second ragged), a ragged last panel,
+# fewer than one panel.
+# M: every tile height on AVX-512 (up to 8 rows against 3 or 2 panels, 9-16 rows against one)
+# and AVX2 (6), and several tiles.
+@pytest.mark.parametrize("n, k", [(64, 32), (72, 48), (48, 96), (35, 3), (7, 576), (960, 576)])
 @pytest.mark.parametrize("m", [1, 2, 3, 5, 6, 7, 8, 9, 13, 16, 17])
 @pytest.mark.parametrize("with_bias", [False, True])
 def test_matches_reference(n: int, k: int, m: int, with_bias: bool) -> None:
@@ -69,7 +71,7 @@ def test_matches_reference(n: int, k: int, m: int, with_bias: bool) -> None:
 
 
 # K odd: the zero k that completes the last pair must add nothing.
-@pytest.mark.parametrize("n, k", [(64, 32), (48, 96), (35, 3), (7, 577), (960, 576)])
+@pytest.mark.parametrize("n, k", [(64, 32), (72, 48), (48, 96), (35, 3), (7, 577), (960, 576)])
 @pytest.mark.parametrize("m", [1, 2, 5, 6, 7, 8, 9, 16, 17])
 @pytest.mark.parametrize("with_bias", [False, True])
 def test_bf16_matches_reference(n: int, k: int, m: int, with_bias: bool) -> None:

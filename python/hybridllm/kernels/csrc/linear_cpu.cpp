@@ -32,14 +32,21 @@ constexpr int64_t kLanes = 16;
 typedef float vec __attribute__((vector_size(kLanes * sizeof(float))));
 
 #ifdef __AVX512F__
-// 32 vector registers: 8 rows x 2 panels of accumulators, or 16 rows x 1 panel.
+// 32 vector registers: 8 rows x 2 or 3 panels of accumulators, or 16 rows x 1 panel.
 constexpr int kMaxRows = 8;
-constexpr int kPanels = 2;
+constexpr int kPanels = 2;  // bf16 tiles, and the gate / up panel pairs of a SiLU MLP
+// fp32 tiles are 8 x 3: one x broadcast per 3 multiply-adds of a k step instead of per 2 (the
+// tile's loads kept it under the FMA unit's rate). On the 2-core EPYC, 30 layers' qkv, o and
+// down plus the LM head in huge pages took 0.96x the time of 8 x 2 tiles at 64 rows and
+// 0.99x at 384 (2 threads; 0.94x on one thread), a race-shaped offline run 0.99x. bf16 tiles
+// gained nothing from a third panel (1.00-1.01x; offline 1.03x), so they keep 2.
+constexpr int kFp32Panels = 3;
 constexpr int kTallRows = 16;
 #else
 // 16 (AVX2: each 16-lane vector is two registers): 6 rows x 1 panel.
 constexpr int kMaxRows = 6;
 constexpr int kPanels = 1;
+constexpr int kFp32Panels = 1;
 constexpr int kTallRows = 6;
 #endif
 
@@ -136,38 +143,46 @@ void with_tile_height(int rows, Fn&& fn) {
 // fn(R, P, m0, p0, cols, ahead, ahead_lines) for every tile of an [M, N] output over `panels`
 // panels of `steps` 64-byte lines each: rows [m0, m0 + R) against panels [p0, p0 + P), whose
 // first `cols` columns are real. R and P come as std::integral_constant. Threads split the
-// groups of kPanels panels; a group's panels stay in cache while every row tile reads them.
+// groups of G panels; a group's panels stay in cache while every row tile reads them (the
+// last group may have fewer: P = its panel count).
 // Rows kMaxRows < M <= kTallRows (a decode batch of 9-16): one tile of all M rows per panel,
 // so each weight line is used M times as it streams in and the multiply-adds overlap the
 // stream. Tiles of 8 rows against 2 panels made the first row tile wait on memory and the
 // second compute from cache, one after the other: 16 rows took 1.1x as long (bf16, all 121
-// linears of the default model). More rows: 8 x 2 tiles, which read x half as often.
+// linears of the default model). More rows: 8 x G tiles, which read x 1 / G as often.
 // With two or more row tiles, a group's tiles also fetch the thread's next group: lines
 // [ahead, ahead + ahead_lines) of the packed weight, split over the row tiles. The weight then
 // streams from memory while the later row tiles compute from cache, instead of the first row
 // tile of each group waiting on it. All 121 linears of the default model on the 2-core EPYC
 // of docs/benchmarks.md, alternating in one process: bf16 0.82x the time at 32 rows, 0.92x
 // at 64, 0.94x at 512; fp32 0.93x at 64, 0.98x at 512. One row tile gains nothing from it.
-template <typename Fn>
+template <int G = kPanels, typename Fn>
 void for_each_tile(int64_t M, int64_t N, int64_t panels, int64_t steps, Fn&& fn) {
-  const int64_t groups = (panels + kPanels - 1) / kPanels;
+  static_assert(G >= 1 && G <= 3, "a last group of 3 or more panels has no tile below");
+  const int64_t groups = (panels + G - 1) / G;
   at::parallel_for(0, groups, 1, [&](int64_t g0, int64_t g1) {
-    const int64_t end = std::min(g1 * kPanels, panels);  // this thread's last panel + 1
+    const int64_t end = std::min(g1 * G, panels);  // this thread's last panel + 1
     for (int64_t g = g0; g < g1; ++g) {
-      const int64_t first = g * kPanels, last = std::min(first + kPanels, panels);
+      const int64_t first = g * G, last = std::min(first + G, panels);
       if (M <= kMaxRows || M > kTallRows) {
-        const int64_t cols = std::min<int64_t>(N - first * kLanes, kPanels * kLanes);
+        const int64_t cols = std::min<int64_t>(N - first * kLanes, G * kLanes);
         const int64_t row_tiles = (M + kMaxRows - 1) / kMaxRows;
         // One row tile (up to 8 rows): no cached reuse for the fetch to hide behind.
-        const int64_t next_lines = row_tiles > 1 ? (std::min(last + kPanels, end) - last) * steps : 0;
+        const int64_t next_lines = row_tiles > 1 ? (std::min(last + G, end) - last) * steps : 0;
         const int64_t share = (next_lines + row_tiles - 1) / row_tiles;
         for (int64_t m0 = 0; m0 < M; m0 += kMaxRows) {
           const int64_t from = std::min(next_lines, m0 / kMaxRows * share);
           const int64_t ahead = last * steps + from;
           const int64_t ahead_lines = std::min(share, next_lines - from);
           with_tile_height(static_cast<int>(std::min<int64_t>(kMaxRows, M - m0)), [&](auto r) {
-            if (last - first == kPanels) {
-              fn(r, std::integral_constant<int, kPanels>{}, m0, first, cols, ahead, ahead_lines);
+            if (last - first == G) {
+              fn(r, std::integral_constant<int, G>{}, m0, first, cols, ahead, ahead_lines);
+            } else if constexpr (G > 2) {
+              if (last - first == 2) {
+                fn(r, std::integral_constant<int, 2>{}, m0, first, cols, ahead, ahead_lines);
+              } else {
+                fn(r, std::integral_constant<int, 1>{}, m0, first, cols, ahead, ahead_lines);
+              }
             } else {
               fn(r, std::integral_constant<int, 1>{}, m0, first, cols, ahead, ahead_lines);
             }
@@ -472,8 +487,9 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& packed, int64_
     bp = bias->data_ptr<float>();
   }
   float* yp = y.data_ptr<float>();
-  for_each_tile(M, N, panels, K, [&](auto r, auto p, int64_t m0, int64_t p0, int64_t cols,
-                                     int64_t ahead, int64_t ahead_lines) {
+  for_each_tile<kFp32Panels>(M, N, panels, K, [&](auto r, auto p, int64_t m0, int64_t p0,
+                                                 int64_t cols, int64_t ahead,
+                                                 int64_t ahead_lines) {
     const int64_t col0 = p0 * kLanes;
     tile<decltype(r)::value, decltype(p)::value>(xp + m0 * K, K, wp + p0 * K * kLanes, K,
                                                  bp == nullptr ? nullptr : bp + col0,
