@@ -177,12 +177,9 @@ void for_each_tile(int64_t M, int64_t N, int64_t panels, int64_t steps, Fn&& fn)
           with_tile_height(static_cast<int>(std::min<int64_t>(kMaxRows, M - m0)), [&](auto r) {
             if (last - first == G) {
               fn(r, std::integral_constant<int, G>{}, m0, first, cols, ahead, ahead_lines);
-            } else if constexpr (G > 2) {
-              if (last - first == 2) {
-                fn(r, std::integral_constant<int, 2>{}, m0, first, cols, ahead, ahead_lines);
-              } else {
-                fn(r, std::integral_constant<int, 1>{}, m0, first, cols, ahead, ahead_lines);
-              }
+            } else if (G > 2 && last - first == 2) {  // only a 3-panel group leaves 2
+              fn(r, std::integral_constant<int, (G > 2 ? 2 : 1)>{}, m0, first, cols, ahead,
+                 ahead_lines);
             } else {
               fn(r, std::integral_constant<int, 1>{}, m0, first, cols, ahead, ahead_lines);
             }
