@@ -196,13 +196,30 @@ def test_pair_rows_layout() -> None:
     assert torch.count_nonzero(paired[52:64]).item() == 0
 
 
+def test_pair_rows_layout_in_groups() -> None:
+    """Groups of 3 blocks (fp32's tile width): gate blocks 3t..3t+2, then the same up blocks;
+    a last group of 2 blocks, the second of them ragged."""
+    inter, k = 72, 2  # 5 blocks a half: a group of 3, then one of 2
+    weight = torch.arange(2 * inter * k, dtype=torch.float32).view(2 * inter, k)
+    grouped = linear_cpu.pair_rows(weight, 3)
+    assert grouped.shape == (160, k)
+    assert torch.equal(grouped[0:48], weight[0:48])  # gate rows 0-47
+    assert torch.equal(grouped[48:96], weight[inter : inter + 48])  # up rows 0-47
+    assert torch.equal(grouped[96:120], weight[48:72])  # gate rows 48-71
+    assert torch.count_nonzero(grouped[120:128]).item() == 0
+    assert torch.equal(grouped[128:152], weight[inter + 48 : inter + 72])  # up rows 48-71
+    assert torch.count_nonzero(grouped[152:160]).item() == 0
+    assert torch.equal(linear_cpu.pair_rows(weight, 1), linear_cpu.pair_rows(weight))
+
+
 @needs_silu_pairs
-@pytest.mark.parametrize("inter,k", [(96, 64), (40, 33), (16, 7)])
+@pytest.mark.parametrize("inter,k", [(96, 64), (72, 40), (40, 33), (16, 7)])
 @pytest.mark.parametrize("rows", [1, 7, 8, 9, 16, 17, 64, 130])
 def test_silu_mul_epilogue(inter: int, k: int, rows: int) -> None:
     """linear_silu_mul against linear then silu_and_mul, every tile shape (1-8 rows, the
-    9-16-row one-panel tile, 8-row tiles with a tail): bf16 bitwise; fp32 within 4 ulps (the
-    separate op is compiled with fast-math) and against an fp64 reference."""
+    9-16-row one-panel tile, 8-row tiles with a tail) and fp32 group (6 blocks a half: two
+    groups of 3; 5: 3 then 2, ragged; 3; 1): bf16 bitwise; fp32 within 4 ulps (the separate op
+    is compiled with fast-math) and against an fp64 reference."""
     from hybridllm.kernels import layer_ops_cpu
 
     gen = torch.Generator().manual_seed(rows * 1000 + inter + k)

@@ -79,7 +79,7 @@ def use_amx(on: bool) -> bool:
 
 
 def silu_pairs_available() -> bool:
-    """Whether the built kernel has linear_silu_mul (AVX-512: 2-panel tiles)."""
+    """Whether the built kernel has linear_silu_mul (AVX-512 builds)."""
     module = load()
     return module is not None and hasattr(module, "linear_silu_mul")
 
@@ -90,19 +90,24 @@ def paired_rows(out_features: int) -> int:
     return 2 * -(-(out_features // 2) // LANES) * LANES
 
 
-def pair_rows(weight: torch.Tensor) -> torch.Tensor:
-    """A gate_up weight [2I, K] (gate rows, then up rows) -> [paired_rows(2I), K] in 16-row
-    pairs: gate rows [16j, 16j + 16), then the same up rows; zero rows past I."""
-    inter = weight.shape[0] // 2
+def pair_rows(weight: torch.Tensor, group: int = 1) -> torch.Tensor:
+    """A gate_up weight [2I, K] (gate rows, then up rows) -> [paired_rows(2I), K] in groups of
+    `group` 16-row blocks: gate rows [16 group t, 16 group (t + 1)), then the same up rows (the
+    last group may hold fewer blocks); zero rows past I."""
+    inter, k = weight.shape[0] // 2, weight.shape[1]
     padded = paired_rows(weight.shape[0]) // 2
-    halves = weight.new_zeros(2, padded, weight.shape[1])
-    halves[:, :inter] = weight.view(2, inter, -1)
-    return halves.view(2, -1, LANES, weight.shape[1]).transpose(0, 1).reshape(-1, weight.shape[1])
+    halves = weight.new_zeros(2, padded, k)
+    halves[:, :inter] = weight.view(2, inter, k)
+    return torch.cat([both.reshape(-1, k) for both in halves.split(group * LANES, dim=1)])
 
 
 def pack_silu_pairs(weight: torch.Tensor) -> torch.Tensor:
-    """A gate_up weight [2I, K] packed for linear_silu_mul: panels in gate / up pairs."""
-    return pack(pair_rows(weight.detach()))
+    """A gate_up weight [2I, K] packed for linear_silu_mul: gate / up pairs of panel groups,
+    as wide as the kernel's tiles for this dtype (fp32 3 panels, bf16 1)."""
+    module = load()
+    assert module is not None
+    group = module.silu_group(weight.dtype == torch.bfloat16)
+    return pack(pair_rows(weight.detach(), group))
 
 
 def linear_silu_mul(x: torch.Tensor, panels: torch.Tensor, inter: int) -> torch.Tensor:

@@ -34,12 +34,14 @@ typedef float vec __attribute__((vector_size(kLanes * sizeof(float))));
 #ifdef __AVX512F__
 // 32 vector registers: 8 rows x 2 or 3 panels of accumulators, or 16 rows x 1 panel.
 constexpr int kMaxRows = 8;
-constexpr int kPanels = 2;  // bf16 tiles, and the gate / up panel pairs of a SiLU MLP
+constexpr int kPanels = 2;  // bf16 tiles (a bf16 SiLU MLP's gate / up pairs among them)
 // fp32 tiles are 8 x 3: one x broadcast per 3 multiply-adds of a k step instead of per 2 (the
 // tile's loads kept it under the FMA unit's rate). On the 2-core EPYC, 30 layers' qkv, o and
 // down plus the LM head in huge pages took 0.96x the time of 8 x 2 tiles at 64 rows and
 // 0.99x at 384 (2 threads; 0.94x on one thread), a race-shaped offline run 0.99x. bf16 tiles
-// gained nothing from a third panel (1.00-1.01x; offline 1.03x), so they keep 2.
+// gained nothing from a third panel (1.00-1.01x; offline 1.03x), so they keep 2. A SiLU
+// gate_up in groups of 3 gate then 3 up panels (silu_mul_tiles): 30 layers' at 64 rows
+// 0.955-0.965x the time of 8 x 2 gate / up pairs, 0.97x at 384.
 constexpr int kFp32Panels = 3;
 constexpr int kTallRows = 16;
 #else
@@ -140,6 +142,15 @@ void with_tile_height(int rows, Fn&& fn) {
   }
 }
 
+// fn(std::integral_constant<int, P>{}) for P = n, 1 <= n <= G.
+template <int G, typename Fn>
+void with_panel_count(int64_t n, Fn&& fn) {
+  if constexpr (G > 1) {
+    if (n < G) return with_panel_count<G - 1>(n, fn);
+  }
+  fn(std::integral_constant<int, G>{});
+}
+
 // fn(R, P, m0, p0, cols, ahead, ahead_lines) for every tile of an [M, N] output over `panels`
 // panels of `steps` 64-byte lines each: rows [m0, m0 + R) against panels [p0, p0 + P), whose
 // first `cols` columns are real. R and P come as std::integral_constant. Threads split the
@@ -158,7 +169,6 @@ void with_tile_height(int rows, Fn&& fn) {
 // at 64, 0.94x at 512; fp32 0.93x at 64, 0.98x at 512. One row tile gains nothing from it.
 template <int G = kPanels, typename Fn>
 void for_each_tile(int64_t M, int64_t N, int64_t panels, int64_t steps, Fn&& fn) {
-  static_assert(G >= 1 && G <= 3, "a last group of 3 or more panels has no tile below");
   const int64_t groups = (panels + G - 1) / G;
   at::parallel_for(0, groups, 1, [&](int64_t g0, int64_t g1) {
     const int64_t end = std::min(g1 * G, panels);  // this thread's last panel + 1
@@ -175,14 +185,9 @@ void for_each_tile(int64_t M, int64_t N, int64_t panels, int64_t steps, Fn&& fn)
           const int64_t ahead = last * steps + from;
           const int64_t ahead_lines = std::min(share, next_lines - from);
           with_tile_height(static_cast<int>(std::min<int64_t>(kMaxRows, M - m0)), [&](auto r) {
-            if (last - first == G) {
-              fn(r, std::integral_constant<int, G>{}, m0, first, cols, ahead, ahead_lines);
-            } else if (G > 2 && last - first == 2) {  // only a 3-panel group leaves 2
-              fn(r, std::integral_constant<int, (G > 2 ? 2 : 1)>{}, m0, first, cols, ahead,
-                 ahead_lines);
-            } else {
-              fn(r, std::integral_constant<int, 1>{}, m0, first, cols, ahead, ahead_lines);
-            }
+            with_panel_count<G>(last - first, [&](auto p) {
+              fn(r, p, m0, first, cols, ahead, ahead_lines);
+            });
           });
         }
         continue;
@@ -415,38 +420,57 @@ bool use_amx_for(int64_t pairs) {
 
 #ifdef __AVX512F__
 // ---- A SiLU MLP's gate_up with SiLU-and-mul as the epilogue ----
-// The gate_up weight packed in pairs (pack_silu_pairs in linear_cpu.py): panel 2j holds gate
-// columns [16j, 16j + 16), panel 2j + 1 the same up columns, so a 2-panel group holds both
-// halves of 16 output columns. Each tile's outputs go to a per-thread scratch (in L1, stored
-// as linear() stores them: rounded to T), and out[:, 16j:16j + 16] = round(silu(gate)) * up
-// is written from there, as silu_and_mul in layer_ops_cpu.cpp computes it. The [M, 2I]
-// gate_up never goes to memory and no second pass reads it back. That pass took ~4x its
-// in-cache time in the model: its input had just been written, half of it by the other
-// core. A 9-16-row tile covers one panel: the gate panel's outputs wait in the scratch for
-// the up panel's, which the same thread computes next.
+// The gate_up weight packed in groups (pack_silu_pairs in linear_cpu.py): each group holds G
+// gate panels, columns [16Gt, 16Gt + 16G), then the same G up panels (the last group may have
+// fewer). G is the dtype's tile width (silu_group): 3 in fp32, where an 8-row tile of each
+// half is a whole 8 x 3 tile; 1 in bf16, where a group is one 8 x 2 tile over a gate panel
+// and its up panel. Each tile's outputs go to a per-thread scratch (in L1, stored as
+// linear() stores them: rounded to T), and out[:, 16j:16j + 16] = round(silu(gate)) * up is
+// written from there, as silu_and_mul in layer_ops_cpu.cpp computes it. The [M, 2I] gate_up
+// never goes to memory and no second pass reads it back. That pass took ~4x its in-cache time
+// in the model: its input had just been written, half of it by the other core. A 9-16-row
+// tile covers one panel: a group's panels wait in the scratch until its last one is done, all
+// on the same thread.
 // tile_fn(r, p, m0, p0, cols, ahead, ahead_lines, dst, ldd) computes one tile into dst.
-template <typename T, typename TileFn>
+template <int G, typename T, typename TileFn>
 void silu_mul_tiles(int64_t M, int64_t I, int64_t panels, int64_t steps, T* out,
                     TileFn&& tile_fn) {
-  for_each_tile(M, panels * kLanes, panels, steps,
-                [&](auto r, auto p, int64_t m0, int64_t p0, int64_t cols, int64_t ahead,
-                    int64_t ahead_lines) {
+  constexpr int64_t ld = 2 * G * kLanes;
+  for_each_tile<2 * G>(M, panels * kLanes, panels, steps,
+                       [&](auto r, auto p, int64_t m0, int64_t p0, int64_t cols, int64_t ahead,
+                           int64_t ahead_lines) {
     constexpr int R = decltype(r)::value, P = decltype(p)::value;
-    constexpr int64_t ld = 2 * kLanes;
     alignas(64) thread_local T scratch[kTallRows * ld];
-    tile_fn(r, p, m0, p0, cols, ahead, ahead_lines, scratch + (P == 1 ? p0 % 2 : 0) * kLanes,
-            ld);
-    if (P == 1 && p0 % 2 == 0) return;  // the gate panel: its up panel comes next
-    const int64_t j = p0 / 2, n = std::min<int64_t>(kLanes, I - j * kLanes);
-    for (int i = 0; i < R; ++i) {
-      const vec gate = hybridllm_cpu::load16(scratch + i * ld);
-      const vec up = hybridllm_cpu::load16(scratch + i * ld + kLanes);
-      const vec silu = hybridllm_cpu::round_to<T>(gate / (1.0f + hybridllm_cpu::exp16(-gate)));
-      T* dst = out + (m0 + i) * I + j * kLanes;
-      if (n == kLanes) {
-        hybridllm_cpu::store16(dst, silu * up);
-      } else {
-        hybridllm_cpu::store16(dst, silu * up, n);
+    const int64_t first = p0 / (2 * G) * (2 * G);  // the group's first panel
+    const int64_t g = std::min<int64_t>(G, (panels - first) / 2);  // its gate panels
+    if constexpr (P == 1) {  // a 9-16-row tile of one panel: gate c at block c, up c at g + c
+      tile_fn(r, p, m0, p0, cols, ahead, ahead_lines, scratch + (p0 - first) * kLanes, ld);
+      if (p0 - first < 2 * g - 1) return;  // the group's last panel comes later
+    } else if constexpr (P % 2 == 1) {
+      TORCH_CHECK(false, "linear_silu_mul: a group of ", P, " panels is not gate / up halves");
+    } else if constexpr (P <= kFp32Panels) {  // both halves in one tile (bf16's 8 x 2)
+      tile_fn(r, p, m0, p0, cols, ahead, ahead_lines, scratch, ld);
+    } else {  // a tile of each half, each fetching half of the next group's lines
+      constexpr int H = P / 2;
+      const int64_t half = ahead_lines / 2;
+      tile_fn(r, std::integral_constant<int, H>{}, m0, p0, H * kLanes, ahead, half, scratch,
+              ld);
+      tile_fn(r, std::integral_constant<int, H>{}, m0, p0 + H, H * kLanes, ahead + half,
+              ahead_lines - half, scratch + H * kLanes, ld);
+    }
+    for (int64_t c = 0; c < g; ++c) {
+      const int64_t j = first / 2 + c, n = std::min<int64_t>(kLanes, I - j * kLanes);
+      for (int i = 0; i < R; ++i) {
+        const vec gate = hybridllm_cpu::load16(scratch + i * ld + c * kLanes);
+        const vec up = hybridllm_cpu::load16(scratch + i * ld + (g + c) * kLanes);
+        const vec silu =
+            hybridllm_cpu::round_to<T>(gate / (1.0f + hybridllm_cpu::exp16(-gate)));
+        T* dst = out + (m0 + i) * I + j * kLanes;
+        if (n == kLanes) {
+          hybridllm_cpu::store16(dst, silu * up);
+        } else {
+          hybridllm_cpu::store16(dst, silu * up, n);
+        }
       }
     }
   });
@@ -562,8 +586,9 @@ torch::Tensor linear_bf16(const torch::Tensor& x, const torch::Tensor& packed, i
 
 #ifdef __AVX512F__
 // x [M, K] contiguous, fp32 or bf16; packed: a gate_up weight of 2 * ceil(I / 16) panels in
-// gate / up pairs (pack() or pack_bf16() of the pair order), no bias -> silu(x Wg^T) * (x Wu^T)
-// [M, I], in x's dtype, the same values as linear() then silu_and_mul.
+// gate / up groups of silu_group(dtype) panels each (pack() or pack_bf16() of that row order),
+// no bias -> silu(x Wg^T) * (x Wu^T) [M, I], in x's dtype, the same values as linear() then
+// silu_and_mul.
 torch::Tensor linear_silu_mul(const torch::Tensor& x, const torch::Tensor& packed, int64_t I) {
   TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && x.scalar_type() == packed.scalar_type(),
               "linear_silu_mul: x must be contiguous 2-D, of the weight's dtype");
@@ -575,7 +600,7 @@ torch::Tensor linear_silu_mul(const torch::Tensor& x, const torch::Tensor& packe
     TORCH_CHECK(packed.dim() == 3 && packed.size(1) == K, "linear_silu_mul: weight does not match x");
     const float* xp = x.data_ptr<float>();
     const float* wp = packed.data_ptr<float>();
-    silu_mul_tiles<float>(M, I, panels, K, y.data_ptr<float>(),
+    silu_mul_tiles<kFp32Panels>(M, I, panels, K, y.data_ptr<float>(),
                           [&](auto r, auto p, int64_t m0, int64_t p0, int64_t cols, int64_t ahead,
                               int64_t ahead_lines, float* dst, int64_t ld) {
       tile<decltype(r)::value, decltype(p)::value>(xp + m0 * K, K, wp + p0 * K * kLanes, K,
@@ -616,7 +641,7 @@ torch::Tensor linear_silu_mul(const torch::Tensor& x, const torch::Tensor& packe
     return y;
   }
 #endif
-  silu_mul_tiles<c10::BFloat16>(
+  silu_mul_tiles<1>(
       M, I, panels, pairs, y.data_ptr<c10::BFloat16>(),
       [&](auto r, auto p, int64_t m0, int64_t p0, int64_t cols, int64_t ahead,
           int64_t ahead_lines, c10::BFloat16* dst, int64_t ld) {
@@ -625,6 +650,11 @@ torch::Tensor linear_silu_mul(const torch::Tensor& x, const torch::Tensor& packe
             reinterpret_cast<uint16_t*>(dst), ld, cols, wp + ahead * kLanes, ahead_lines);
       });
   return y;
+}
+
+// Gate panels per group in linear_silu_mul's packing of a weight of this dtype.
+int64_t silu_group(bool bf16) {
+  return bf16 ? 1 : kFp32Panels;
 }
 #endif
 
@@ -657,6 +687,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("linear_bf16", &linear_bf16, "y = x W^T (+ bias) over bf16 pair panels, fp32 sums");
 #ifdef __AVX512F__
   m.def("linear_silu_mul", &linear_silu_mul,
-        "silu(x Wg^T) * (x Wu^T) over a gate_up weight packed in gate / up panel pairs");
+        "silu(x Wg^T) * (x Wu^T) over a gate_up weight packed in gate / up panel groups");
+  m.def("silu_group", &silu_group, "Gate panels per group of linear_silu_mul's packing");
 #endif
 }
