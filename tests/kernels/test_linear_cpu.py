@@ -182,34 +182,28 @@ needs_silu_pairs = pytest.mark.skipif(
 )
 
 
-def test_pair_rows_layout() -> None:
-    """[2I, K] -> 16-row pairs: gate rows 16j.., then the same up rows; zeros past I."""
-    inter, k = 20, 3
+@pytest.mark.parametrize(
+    "group,inter,segments",
+    [
+        # bf16's pairs: 2 blocks a half, the second ragged (rows 16-19)
+        (1, 20, [("gate", 0, 16), ("up", 0, 16), ("gate", 16, 20), ("zero", 12), ("up", 16, 20),
+                 ("zero", 12)]),
+        # fp32's groups of 3: 5 blocks a half, a group of 3 then one of 2 (rows 48-71)
+        (3, 72, [("gate", 0, 48), ("up", 0, 48), ("gate", 48, 72), ("zero", 8), ("up", 48, 72),
+                 ("zero", 8)]),
+    ],
+)
+def test_pair_rows_layout(group: int, inter: int, segments: list[tuple]) -> None:
+    """[2I, K] -> groups of `group` 16-row blocks: gate rows, then the same up rows; zeros
+    past I."""
+    k = 3
     weight = torch.arange(2 * inter * k, dtype=torch.float32).view(2 * inter, k)
-    paired = linear_cpu.pair_rows(weight)
-    assert paired.shape == (64, k)
-    assert torch.equal(paired[0:16], weight[0:16])  # gate rows 0-15
-    assert torch.equal(paired[16:32], weight[inter : inter + 16])  # up rows 0-15
-    assert torch.equal(paired[32:36], weight[16:20])  # gate rows 16-19
-    assert torch.count_nonzero(paired[36:48]).item() == 0
-    assert torch.equal(paired[48:52], weight[inter + 16 : inter + 20])  # up rows 16-19
-    assert torch.count_nonzero(paired[52:64]).item() == 0
-
-
-def test_pair_rows_layout_in_groups() -> None:
-    """Groups of 3 blocks (fp32's tile width): gate blocks 3t..3t+2, then the same up blocks;
-    a last group of 2 blocks, the second of them ragged."""
-    inter, k = 72, 2  # 5 blocks a half: a group of 3, then one of 2
-    weight = torch.arange(2 * inter * k, dtype=torch.float32).view(2 * inter, k)
-    grouped = linear_cpu.pair_rows(weight, 3)
-    assert grouped.shape == (160, k)
-    assert torch.equal(grouped[0:48], weight[0:48])  # gate rows 0-47
-    assert torch.equal(grouped[48:96], weight[inter : inter + 48])  # up rows 0-47
-    assert torch.equal(grouped[96:120], weight[48:72])  # gate rows 48-71
-    assert torch.count_nonzero(grouped[120:128]).item() == 0
-    assert torch.equal(grouped[128:152], weight[inter + 48 : inter + 72])  # up rows 48-71
-    assert torch.count_nonzero(grouped[152:160]).item() == 0
-    assert torch.equal(linear_cpu.pair_rows(weight, 1), linear_cpu.pair_rows(weight))
+    parts = {"gate": lambda a, b: weight[a:b], "up": lambda a, b: weight[inter + a : inter + b],
+             "zero": lambda n: torch.zeros(n, k)}
+    expected = torch.cat([parts[kind](*span) for kind, *span in segments])
+    assert torch.equal(linear_cpu.pair_rows(weight, group), expected)
+    if group == 1:
+        assert torch.equal(linear_cpu.pair_rows(weight), expected)  # the default
 
 
 @needs_silu_pairs
