@@ -448,7 +448,7 @@ void silu_mul_tiles(int64_t M, int64_t I, int64_t panels, int64_t steps, T* out,
       if (p0 - first < 2 * g - 1) return;  // the group's last panel comes later
     } else if constexpr (P % 2 == 1) {
       TORCH_CHECK(false, "linear_silu_mul: a group of ", P, " panels is not gate / up halves");
-    } else if constexpr (P <= kFp32Panels) {  // both halves in one tile (bf16's 8 x 2)
+    } else if constexpr (P <= kFp32Panels) {  // one pair: both halves in one 8 x 2 tile
       tile_fn(r, p, m0, p0, cols, ahead, ahead_lines, scratch, ld);
     } else {  // a tile of each half, each fetching half of the next group's lines
       constexpr int H = P / 2;
