@@ -432,6 +432,8 @@ bool use_amx_for(int64_t pairs) {
 // tile covers one panel: a group's panels wait in the scratch until its last one is done, all
 // on the same thread.
 // tile_fn(r, p, m0, p0, cols, ahead, ahead_lines, dst, ldd) computes one tile into dst.
+constexpr int kSiluGroupFp32 = kFp32Panels;
+constexpr int kSiluGroupBf16 = 1;  // the AMX path's 2- and 4-panel blocks assume pairs too
 template <int G, typename T, typename TileFn>
 void silu_mul_tiles(int64_t M, int64_t I, int64_t panels, int64_t steps, T* out,
                     TileFn&& tile_fn) {
@@ -600,7 +602,7 @@ torch::Tensor linear_silu_mul(const torch::Tensor& x, const torch::Tensor& packe
     TORCH_CHECK(packed.dim() == 3 && packed.size(1) == K, "linear_silu_mul: weight does not match x");
     const float* xp = x.data_ptr<float>();
     const float* wp = packed.data_ptr<float>();
-    silu_mul_tiles<kFp32Panels>(M, I, panels, K, y.data_ptr<float>(),
+    silu_mul_tiles<kSiluGroupFp32>(M, I, panels, K, y.data_ptr<float>(),
                           [&](auto r, auto p, int64_t m0, int64_t p0, int64_t cols, int64_t ahead,
                               int64_t ahead_lines, float* dst, int64_t ld) {
       tile<decltype(r)::value, decltype(p)::value>(xp + m0 * K, K, wp + p0 * K * kLanes, K,
@@ -641,7 +643,7 @@ torch::Tensor linear_silu_mul(const torch::Tensor& x, const torch::Tensor& packe
     return y;
   }
 #endif
-  silu_mul_tiles<1>(
+  silu_mul_tiles<kSiluGroupBf16>(
       M, I, panels, pairs, y.data_ptr<c10::BFloat16>(),
       [&](auto r, auto p, int64_t m0, int64_t p0, int64_t cols, int64_t ahead,
           int64_t ahead_lines, c10::BFloat16* dst, int64_t ld) {
@@ -654,7 +656,7 @@ torch::Tensor linear_silu_mul(const torch::Tensor& x, const torch::Tensor& packe
 
 // Gate panels per group in linear_silu_mul's packing of a weight of this dtype.
 int64_t silu_group(bool bf16) {
-  return bf16 ? 1 : kFp32Panels;
+  return bf16 ? kSiluGroupBf16 : kSiluGroupFp32;
 }
 #endif
 
